@@ -1,0 +1,47 @@
+"""Batched, generator-driven image transforms (run on the batch's device, so on the GPU when there is one).
+
+``random_crop_flip`` is the CIFAR recipe of the seeds (RandomCrop(32, padding=4) + RandomHorizontalFlip),
+applied to a whole uint8 batch at once; ``normalize`` maps uint8 [0,255] to per-channel standardized floats.
+Randomness comes from the client's own generator, so augmentation is part of the (seed, client, round) stream.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def _rand(n: int, generator: torch.Generator | None) -> Tensor:
+    return torch.rand(n, generator=generator, device=generator.device if generator is not None else "cpu")
+
+
+def random_crop_flip(x: Tensor, generator: torch.Generator | None, padding: int = 4) -> Tensor:
+    n, c, h, w = x.shape
+    padded = F.pad(x, (padding,) * 4)
+    ox = (_rand(n, generator) * (2 * padding + 1)).long().clamp_max(2 * padding).to(x.device)
+    oy = (_rand(n, generator) * (2 * padding + 1)).long().clamp_max(2 * padding).to(x.device)
+    rows = (oy[:, None] + torch.arange(h, device=x.device)[None])  # n, h
+    cols = (ox[:, None] + torch.arange(w, device=x.device)[None])  # n, w
+    flip = (_rand(n, generator) < 0.5).to(x.device)
+    cols = torch.where(flip[:, None], cols.flip(1), cols)
+    idx_r = rows[:, None, :, None].expand(n, c, h, w + 2 * padding)
+    out = padded.gather(2, idx_r)
+    idx_c = cols[:, None, None, :].expand(n, c, h, w)
+    return out.gather(3, idx_c)
+
+
+class ImageTransform:
+    """uint8 NCHW batch -> (augment) -> float normalized batch."""
+
+    def __init__(self, mean, std, augment: bool):
+        self.mean = torch.tensor(mean).view(1, -1, 1, 1)
+        self.std = torch.tensor(std).view(1, -1, 1, 1)
+        self.augment = augment
+
+    def __call__(self, batch: dict, generator: torch.Generator | None) -> dict:
+        x = batch["x"]
+        if self.augment:
+            x = random_crop_flip(x, generator)
+        x = x.float().div_(255.0)
+        x = (x - self.mean.to(x.device)) / self.std.to(x.device)
+        return {**batch, "x": x}

@@ -1,0 +1,68 @@
+"""FederatedData: a dataset, its partition over clients, and per-client minibatch streams."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from .. import seeding
+from . import partition as part
+from .tensors import TensorSet
+
+
+class FederatedData:
+    """Training set split over ``num_clients`` clients, plus the global test set.
+
+    ``client_batches(client, round, ...)`` yields that client's minibatches for one round from a generator
+    seeded by (seed, client, round). With ``local_steps`` the client draws a stream of shuffled passes over its
+    data and takes ``local_steps`` full batches (passes wrap around); with ``local_epochs`` it makes that many
+    shuffled passes, the last batch of a pass possibly smaller.
+    """
+
+    def __init__(self, train: TensorSet, test: TensorSet, num_classes: int, client_indices: list[np.ndarray],
+                 batch_size: int, seed: int, eval_batch_size: int = 1024):
+        self.train, self.test, self.num_classes = train, test, num_classes
+        self.client_indices = [torch.as_tensor(i, dtype=torch.long) for i in client_indices]
+        self.batch_size, self.seed, self.eval_batch_size = batch_size, seed, eval_batch_size
+        self.stats = part.stats(train.labels.cpu().numpy(), client_indices)
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_indices)
+
+    def num_samples(self, client: int) -> int:
+        return len(self.client_indices[client])
+
+    def steps_per_round(self, client: int, local_steps: int | None, local_epochs: int | None) -> int:
+        if local_steps:
+            return int(local_steps)
+        n = self.num_samples(client)
+        return int(local_epochs) * -(-n // min(self.batch_size, n))
+
+    def client_batches(self, client: int, round_idx: int, device, local_steps: int | None = None,
+                       local_epochs: int | None = None) -> Iterator[dict]:
+        idx = self.client_indices[client]
+        n = len(idx)
+        bs = min(self.batch_size, n)
+        g = seeding.generator(self.seed, seeding.CLIENT_DATA, client, round_idx + 1)  # +1: the probe stream is round -1
+        if local_steps:
+            stream = torch.empty(0, dtype=torch.long)
+            for _ in range(int(local_steps)):
+                while len(stream) < bs:
+                    stream = torch.cat([stream, idx[torch.randperm(n, generator=g)]])
+                take, stream = stream[:bs], stream[bs:]
+                yield self.train.batch(take, device, g)
+        else:
+            for _ in range(int(local_epochs)):
+                order = idx[torch.randperm(n, generator=g)]
+                for s in range(0, n, bs):
+                    yield self.train.batch(order[s : s + bs], device, g)
+
+    def probe_batch(self, client: int, device) -> dict:
+        """One minibatch at a fixed stream (round -1): for strategies that initialise state from a gradient."""
+        return next(self.client_batches(client, -1, device, local_steps=1))
+
+    def test_batches(self, device) -> Iterator[dict]:
+        for s in range(0, len(self.test), self.eval_batch_size):
+            yield self.test.batch(torch.arange(s, min(s + self.eval_batch_size, len(self.test))), device)

@@ -1,0 +1,25 @@
+"""Errors the user can fix. ``train.py`` prints them as one line (no traceback) and exits non-zero."""
+
+
+class FLError(Exception):
+    """Base class: a problem the user can fix; ``str(err)`` is a complete one-line message."""
+
+
+class ConfigError(FLError):
+    """A bad config value. Names the key, what is wrong and the fix."""
+
+    def __init__(self, key: str, problem: str, fix: str):
+        self.key, self.problem, self.fix = key, problem, fix
+        super().__init__(f"config error: {key}: {problem}; fix: {fix}")
+
+
+class DataError(FLError):
+    """Missing or malformed data: names the file/dir and where to put it."""
+
+
+class NonFiniteLossError(FLError):
+    """The training loss became NaN or inf; the run stops and keeps its last good checkpoint."""
+
+
+class ResumeError(FLError):
+    """A checkpoint cannot be resumed as asked (missing, or written by a config that changes results)."""

@@ -1,0 +1,52 @@
+"""Rich progress display for the federated loop: round r/R, clients done in the round, train loss, last test
+accuracy, MB communicated, ETA; and the closing summary table. Off a terminal (CI, log files) it prints one
+plain line per evaluated round instead."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+
+class RoundProgress:
+    def __init__(self, total_rounds: int, start_round: int, enabled: bool = True, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.enabled = enabled
+        self.live = enabled and self.console.is_terminal
+        self.progress = Progress(
+            TextColumn("[bold]round[/] {task.completed}/{task.total}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=self.console, disable=not self.live,
+        )
+        self.rounds = self.progress.add_task("rounds", total=total_rounds, completed=start_round, info="")
+        self.clients = self.progress.add_task("clients", total=1, info="", visible=False)
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.progress.__exit__(*exc)
+
+    def start_round(self, r: int, n_clients: int) -> None:
+        self.progress.update(self.clients, total=n_clients, completed=0, visible=True,
+                             description=f"round {r + 1}", info="clients in round")
+
+    def client_done(self) -> None:
+        self.progress.advance(self.clients)
+
+    def end_round(self, r: int, info: dict) -> None:
+        text = (f"loss {info['train_loss']:.4f}  acc {info['test_acc']:.4f}  "
+                f"up {info['uplink_bytes'] / 1e6:.2f} MB  down {info['downlink_bytes'] / 1e6:.2f} MB")
+        self.progress.update(self.rounds, completed=r + 1, info=text)
+        if self.enabled and not self.live and info.get("evaluated"):
+            self.console.print(f"round {r + 1}/{self.progress.tasks[self.rounds].total}  {text}", highlight=False)
+
+    def summary(self, summary: dict) -> None:
+        if not self.enabled:
+            return
+        t = Table(title=f"{summary['method']} / {summary['model']} / {summary['data']}", show_header=False)
+        for k in ("rounds_done", "final_test_acc", "best_test_acc", "final_test_loss", "uplink_mb", "downlink_mb", "wall_s", "run_dir"):
+            v = summary.get(k)
+            t.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+        self.console.print(t)

@@ -1,0 +1,27 @@
+"""Derived random streams. Every random choice is a pure function of (seed, purpose, ids...), so a client's
+minibatch order depends only on (seed, client id, round): not on which other clients were sampled, on the
+process count, or on whether the run was resumed (DESIGN invariant 1)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+SAMPLING, CLIENT_DATA, CLIENT_TORCH, INIT = 1, 2, 3, 4
+
+
+def derive(seed: int, *ids: int) -> int:
+    """A 63-bit seed derived from ``seed`` and ``ids`` (numpy SeedSequence hashing)."""
+    return int(np.random.SeedSequence([int(seed), *map(int, ids)]).generate_state(2, dtype=np.uint32).astype(np.uint64)
+               .dot(np.array([1 << 31, 1], dtype=np.uint64)) & ((1 << 63) - 1))
+
+
+def generator(seed: int, *ids: int, device="cpu") -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(derive(seed, *ids))
+    return g
+
+
+def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) -> list[int]:
+    """Uniform without replacement, seeded by (seed, round)."""
+    rng = np.random.default_rng(derive(seed, SAMPLING, round_idx))
+    return sorted(rng.choice(num_clients, size=per_round, replace=False).tolist())

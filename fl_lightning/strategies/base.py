@@ -1,0 +1,190 @@
+"""Strategy: a federated method as an ordered list of parts with callback hooks.
+
+The loop owns *when* things happen; a strategy owns *what* a method does at each moment (DESIGN.md). A named
+method (FedAvg, SCAFFOLD, FedMuon, ...) is a config that lists its parts, e.g. FedAvg = local optimizer + model
+averaging, SCAFFOLD = the same + control variates. Every hook of :class:`Strategy` calls the same hook of each
+part in order. The moments, in the spirit of Lightning callbacks and Flower's Strategy:
+
+    setup(server)                 once, with the global parameters; create server state
+    broadcast(round) -> Msgs      extra tensors every sampled client receives (the weights always travel)
+    client_start(client, recv)    the module holds the global weights; build optimizer, load client state
+    after_backward(client)        gradients are in p.grad: corrections (SCAFFOLD), clipping comes after
+    after_step(client)            after optimizer.step(): alignment terms, extra updates
+    client_end(client) -> Msgs    what the client uploads; write persistent client state to client.state
+    server_update(round, agg)     consume the aggregated uploads; update global params + server state
+    state_dict / load_state_dict  everything needed for exact resume (tensors only)
+
+Uploads are aggregated as streaming sums (no list of client models is kept): each :class:`Msg` carries its
+weight, and ``agg.mean(key)`` is ``sum_i w_i t_i / sum_i w_i``. Bytes on the wire are counted per message after
+the part's codec (``Msg.nbytes``; defaults to the dense size).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class Msg:
+    """One communicated tensor: ``tensor`` is what the receiver reconstructs (dense), ``nbytes`` what travelled."""
+
+    tensor: Tensor
+    weight: float = 1.0
+    nbytes: int | None = None
+
+    def size(self) -> int:
+        return self.nbytes if self.nbytes is not None else self.tensor.numel() * self.tensor.element_size()
+
+
+@dataclass
+class ServerContext:
+    """What parts see at setup and server time."""
+
+    module: nn.Module
+    global_params: dict[str, Tensor]      # name -> device tensor: the communicated global state (x)
+    trainable: list[str]                  # names of trainable parameters (subset of global_params)
+    num_clients: int
+    clients_per_round: int
+    rounds: int
+    device: torch.device
+    client_num_samples: list[int]
+    owned_clients: list[int] = field(default_factory=list)  # clients whose state this process keeps
+    store: Any = None                     # the ClientStateStore (parts may initialise client state at setup)
+    probe_gradient: Any = None            # callable(client) -> {name: grad} at the global weights (for init='grad')
+    all_reduce_sum: Any = None            # callable(tensor) -> tensor summed over processes (identity on one)
+    lr_factor: Any = None                 # callable(round) -> schedule multiplier
+    local_steps: int | None = None        # K (None when training by epochs)
+
+
+@dataclass
+class ClientContext:
+    """One client's round. ``state`` is its private persistent state (device tensors while it trains)."""
+
+    id: int
+    round: int
+    module: nn.Module
+    params: dict[str, nn.Parameter]       # trainable parameters of the on-device module
+    local: dict[str, Tensor]              # the module's communicated tensors (same keys as global_params)
+    global_params: dict[str, Tensor]      # the received global state x^r (read-only during the round)
+    state: dict[str, Tensor]
+    num_samples: int
+    num_steps: int                        # K for this round
+    lr_factor: float                      # learning-rate schedule multiplier for this round
+    received: dict[str, Tensor] = field(default_factory=dict)
+    optimizer: torch.optim.Optimizer | None = None
+    step: int = 0                         # local steps done so far
+    scratch: dict[str, Any] = field(default_factory=dict)  # per-round, not persisted
+
+
+class Aggregate:
+    """Streaming weighted sums of the uploads of one round (all-reduced across processes by the loop)."""
+
+    def __init__(self, num_clients: int):
+        self.num_clients = num_clients
+        self.num_sampled = 0
+        self.sums: dict[str, Tensor] = {}
+        self.weights: dict[str, float] = {}
+
+    def add(self, msgs: dict[str, Msg]) -> None:
+        self.num_sampled += 1
+        for k, m in msgs.items():
+            t = m.tensor.detach().float() if m.tensor.is_floating_point() else m.tensor.detach()
+            if k in self.sums:
+                self.sums[k].add_(t, alpha=m.weight)
+            else:
+                self.sums[k] = t.mul(m.weight) if m.weight != 1.0 else t.clone()
+                self.weights[k] = 0.0
+            self.weights[k] += m.weight
+
+    def sum(self, key: str) -> Tensor:
+        return self.sums[key]
+
+    def mean(self, key: str) -> Tensor:
+        return self.sums[key] / self.weights[key]
+
+    def keys(self, prefix: str = "") -> list[str]:
+        return [k for k in self.sums if k.startswith(prefix)]
+
+
+class Part:
+    """A composable piece of a method. Override the hooks you need; ``name`` namespaces keys and state."""
+
+    name: str = "part"
+
+    def setup(self, server: ServerContext) -> None: ...
+    def broadcast(self, round_idx: int) -> dict[str, Msg]:
+        return {}
+    def client_start(self, client: ClientContext) -> None: ...
+    def after_backward(self, client: ClientContext) -> None: ...
+    def after_step(self, client: ClientContext) -> None: ...
+    def client_end(self, client: ClientContext) -> dict[str, Msg]:
+        return {}
+    def server_update(self, round_idx: int, agg: Aggregate) -> None: ...
+    def state_dict(self) -> dict[str, Tensor]:
+        return {}
+    def load_state_dict(self, state: dict[str, Tensor]) -> None: ...
+
+    def key(self, k: str) -> str:
+        return f"{self.name}/{k}"
+
+
+class Strategy:
+    """An ordered composition of :class:`Part` objects (see module docstring)."""
+
+    def __init__(self, name: str, parts: dict[str, Part] | Iterable[Part], grad_clip: float | None = None, **info):
+        if isinstance(parts, dict):
+            for n, p in parts.items():
+                p.name = n
+            parts = list(parts.values())
+        self.name, self.parts, self.grad_clip, self.info = name, list(parts), grad_clip, info
+        self.server: ServerContext | None = None
+
+    def part(self, cls: type) -> Part:
+        for p in self.parts:
+            if isinstance(p, cls):
+                return p
+        raise KeyError(f"{self.name} has no part of type {cls.__name__}")
+
+    def setup(self, server: ServerContext) -> None:
+        self.server = server
+        for p in self.parts:
+            p.setup(server)
+
+    def broadcast(self, round_idx: int) -> dict[str, Msg]:
+        out: dict[str, Msg] = {}
+        for p in self.parts:
+            out.update(p.broadcast(round_idx))
+        return out
+
+    def client_start(self, client: ClientContext) -> None:
+        for p in self.parts:
+            p.client_start(client)
+
+    def after_backward(self, client: ClientContext) -> None:
+        for p in self.parts:
+            p.after_backward(client)
+
+    def after_step(self, client: ClientContext) -> None:
+        for p in self.parts:
+            p.after_step(client)
+
+    def client_end(self, client: ClientContext) -> dict[str, Msg]:
+        out: dict[str, Msg] = {}
+        for p in self.parts:
+            out.update(p.client_end(client))
+        return out
+
+    def server_update(self, round_idx: int, agg: Aggregate) -> None:
+        for p in self.parts:
+            p.server_update(round_idx, agg)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {f"{p.name}/{k}": v for p in self.parts for k, v in p.state_dict().items()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        for p in self.parts:
+            pre = f"{p.name}/"
+            p.load_state_dict({k[len(pre):]: v for k, v in state.items() if k.startswith(pre)})

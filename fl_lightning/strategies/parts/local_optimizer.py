@@ -1,0 +1,79 @@
+"""LocalOptimizer: the client's optimizer, its learning-rate schedule, and whether its state persists.
+
+``optimizer`` is a factory ``params -> torch.optim.Optimizer`` (a Hydra ``_partial_`` of any ``torch.optim`` class,
+or :class:`fl_lightning.optim.Muon`). ``param_groups`` optionally maps the module to param groups (e.g. Muon's
+matrix / non-matrix split). Every group key ending in ``lr`` is multiplied by the round's schedule factor.
+
+``state``:
+  * ``reset``      fresh optimizer state every round (FedAvg as usually run; seed 004's clients);
+  * ``persistent`` each client keeps its own optimizer state across rounds in the ClientStateStore
+                   (seed 000's LocalMuon/FedMuon keep M_i; the default it recommends for its baselines, A10).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from ..base import ClientContext, Part
+
+_PY = "#py"  # suffix marking a python scalar stored as a 0-d tensor
+
+
+def flatten_optimizer_state(opt: torch.optim.Optimizer) -> dict[str, Tensor]:
+    out: dict[str, Tensor] = {}
+    for idx, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            if isinstance(v, Tensor):
+                out[f"{idx}/{k}"] = v.detach()
+            elif isinstance(v, (int, float, bool)):
+                out[f"{idx}/{k}{_PY}"] = torch.tensor(v)
+    return out
+
+
+def load_flat_optimizer_state(opt: torch.optim.Optimizer, flat: dict[str, Tensor]) -> None:
+    sd = opt.state_dict()
+    state: dict[int, dict[str, Any]] = {}
+    for key, v in flat.items():
+        idx, k = key.split("/", 1)
+        if k.endswith(_PY):
+            k, v = k[: -len(_PY)], v.item()
+        state.setdefault(int(idx), {})[k] = v
+    sd["state"] = state
+    opt.load_state_dict(sd)
+
+
+class LocalOptimizer(Part):
+    def __init__(self, optimizer: Callable, state: str = "reset", param_groups: Callable | None = None):
+        from hydra.utils import instantiate
+
+        self.factory = instantiate(optimizer) if hasattr(optimizer, "keys") else optimizer
+        self.groups_fn = instantiate(param_groups) if hasattr(param_groups, "keys") else param_groups
+        if state not in ("reset", "persistent"):
+            from ...errors import ConfigError
+
+            raise ConfigError("method.local_optimizer.state", f"unknown value {state!r}", "use reset or persistent")
+        self.persistent = state == "persistent"
+
+    def build(self, client: ClientContext) -> torch.optim.Optimizer:
+        params = self.groups_fn(client.module) if self.groups_fn is not None else list(client.params.values())
+        opt = self.factory(params)
+        for g in opt.param_groups:
+            for k in list(g):
+                if k.endswith("lr") and isinstance(g[k], (int, float)):
+                    g[k] = g[k] * client.lr_factor
+        return opt
+
+    def client_start(self, client: ClientContext) -> None:
+        client.optimizer = self.build(client)
+        if self.persistent:
+            flat = {k[len(self.name) + 1:]: v for k, v in client.state.items() if k.startswith(self.name + "/")}
+            if flat:
+                load_flat_optimizer_state(client.optimizer, flat)
+
+    def client_end(self, client: ClientContext):
+        if self.persistent:
+            for k, v in flatten_optimizer_state(client.optimizer).items():
+                client.state[self.key(k)] = v
+        return {}
