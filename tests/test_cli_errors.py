@@ -1,0 +1,64 @@
+"""Bad input gives one line naming the key and the fix, a non-zero exit, and no traceback."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import run_cli
+
+FAST = ["fl.rounds=2", "fl.local_steps=2", "trainer.progress=false", "trainer.accelerator=cpu"]
+
+
+def one_line_error(p, *needles):
+    assert p.returncode != 0
+    err = p.stderr.strip()
+    assert "Traceback" not in err, err
+    last = err.splitlines()[-1]
+    assert last.startswith("error:"), err
+    for n in needles:
+        assert n in last, (n, last)
+    return last
+
+
+@pytest.mark.parametrize("group,bad", [("method", "fedfoo"), ("model", "resnet999"), ("data", "imagenet42")])
+def test_unknown_group_lists_valid_names(group, bad, tmp_path):
+    p = run_cli([f"{group}={bad}", f"hydra.run.dir={tmp_path}"])
+    line = one_line_error(p, bad, "valid:")
+    assert len(p.stderr.strip().splitlines()) == 1
+    assert {"method": "fedavg", "model": "cnn", "data": "digits"}[group] in line
+
+
+@pytest.mark.parametrize("override,key", [
+    ("fl.clients_per_round=20", "fl.clients_per_round"),
+    ("data.partition.alpha=0", "data.partition.alpha"),
+    ("data.partition.alpha=-1", "data.partition.alpha"),
+    ("fl.rounds=0", "fl.rounds"),
+    ("fl.num_clients=5000", "fl.num_clients"),   # digits has 1,437 training images: clients left with no data
+    ("trainer.precision=17-mixed", "trainer.precision"),
+])
+def test_bad_values(override, key, tmp_path):
+    extra = ["data.partition.name=iid"] if "num_clients" in override else []
+    p = run_cli(FAST + extra + [override, f"hydra.run.dir={tmp_path}"])
+    one_line_error(p, key, "fix:")
+
+
+def test_missing_data_dir_names_the_path(tmp_path):
+    missing = tmp_path / "nowhere"
+    p = run_cli(FAST + ["data=cifar10", f"data.root={missing}", f"hydra.run.dir={tmp_path / 'run'}"])
+    one_line_error(p, str(missing), "cifar-10-batches-py")
+
+
+def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
+    d = tmp_path / "run"
+    assert run_cli(FAST + [f"hydra.run.dir={d}"]).returncode == 0
+    p = run_cli(FAST + ["fl.rounds=4", "method.lr=1e30", f"resume={d}", "force_resume=true", f"hydra.run.dir={tmp_path / 'h'}"])
+    line = one_line_error(p, "nan", "round 3", "round_000002")
+    assert "method.lr" in line
+    assert (d / "checkpoints" / "round_000002" / "model.safetensors").exists()
+    assert not list((d / "checkpoints").glob("round_000003*"))
+
+
+def test_hydra_full_error_shows_traceback(tmp_path):
+    p = run_cli(FAST + ["fl.rounds=0", f"hydra.run.dir={tmp_path}"], env={"HYDRA_FULL_ERROR": "1"})
+    assert p.returncode != 0 and "Traceback" in p.stderr
