@@ -14,7 +14,7 @@ class RoundProgress:
         self.enabled = enabled
         self.live = enabled and self.console.is_terminal
         self.progress = Progress(
-            TextColumn("[bold]round[/] {task.completed}/{task.total}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("[bold]{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
             console=self.console, disable=not self.live,
         )
@@ -30,7 +30,7 @@ class RoundProgress:
 
     def start_round(self, r: int, n_clients: int) -> None:
         self.progress.update(self.clients, total=n_clients, completed=0, visible=True,
-                             description=f"round {r + 1}", info="clients in round")
+                             description=f"clients, round {r + 1}", info="")
 
     def client_done(self) -> None:
         self.progress.advance(self.clients)
