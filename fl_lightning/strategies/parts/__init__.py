@@ -3,3 +3,10 @@ from .local_optimizer import LocalOptimizer, flatten_optimizer_state, load_flat_
 from .model_average import ModelAverage
 
 __all__ = ["LocalOptimizer", "ModelAverage", "flatten_optimizer_state", "load_flat_optimizer_state"]
+# Muon-family parts (seeds 000 / 003 / 004) and SCAFFOLD
+from .global_alignment import GlobalAlignment
+from .lmo_control_variates import LMOControlVariates
+from .momentum_average import MomentumAverage
+from .scaffold import ScaffoldCorrection
+
+__all__ += ["GlobalAlignment", "LMOControlVariates", "MomentumAverage", "ScaffoldCorrection"]

@@ -1,0 +1,118 @@
+"""GlobalAlignment: local–global alignment with the previous round's global update (seed 004 FedMuon, Eq. (3)).
+
+Seed 004 (Liu, Shang, Zhou, Liu, Liu, Liu, "FedMuon: Accelerating Federated Learning with Matrix Orthogonalization"),
+Algorithm 1 / Eq. (3) and the appendix's practical Algorithm 2:
+
+    x_i^{r,k+1} = x_i^{r,k} - η_r [ (1-α)·U Vᵀ + α·Δ_G^r ],      Δ_G^{r+1} = -(1/(S K η_r)) Σ_i (x_i^{r,K} - x^r)
+
+implemented as in spec 004 §3.5.4 (paper way, [REC]):
+
+  * ``client_start``: every param group of the client's optimizer gets its lr multiplied by (1-α) (so the local
+    optimizer's step is η_r(1-α)·direction; decoupled weight decay then uses the same scaled lr, as the authors'
+    code, AMBIG-5);
+  * ``after_step``: for every trainable p, p ← p - η_r·α·Δ_G[p] (applied after the optimizer step, which is the
+    bracketed formula; the code does the same);
+  * ``broadcast(r)``: Δ_G^r = -(x^r - x^{r-1}) / (K·η_{r-1}) from the previous round's applied global update
+    (= avgΔ^{r-1} for the plain mean with server lr 1), zero in round 0 (AMBIG-9). Computed lazily from a copy of
+    x^{r-1}, so the part's position relative to the aggregation part does not matter.
+
+η_r = ``lr`` × the round's schedule factor. Over the K local steps of round r the alignment term alone re-applies
+α·(η_r/η_{r-1})·avgΔ^{r-1}, i.e. exactly α·avgΔ^{r-1} with a constant lr (tested). The base ``lr`` cancels between
+Δ_G and the step; it only sets Δ_G's units (the paper's η). K is ``fl.local_steps`` (with ``fl.local_epochs`` it is
+the mean step count of last round's clients, uploaded as a 0-d tensor).
+
+Options: ``alpha`` (paper default 0.5; 0 = no alignment, ablation A2), ``scale_optimizer_lr`` (default true: the
+(1-α) factor on the optimizer; false = the optimizer keeps its own lr).
+
+Downlink: Δ_G (1 model-sized tensor over the trainable params).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ...errors import ConfigError
+from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+
+
+class GlobalAlignment(Part):
+    def __init__(self, alpha: float = 0.5, lr: float = 1.0, scale_optimizer_lr: bool = True):
+        if not 0.0 <= float(alpha) < 1.0:
+            raise ConfigError("method.alpha", f"alignment weight must be in [0, 1), got {alpha}", "use method.alpha=0.5")
+        if float(lr) <= 0:
+            raise ConfigError("method.lr", f"must be > 0, got {lr}", "set method.lr to the local learning rate")
+        self.alpha, self.lr, self.scale_opt = float(alpha), float(lr), bool(scale_optimizer_lr)
+        self.prev_x: dict[str, Tensor] = {}
+        self.prev_factor = 0.0
+        self.prev_K = 0.0
+        self.DG: dict[str, Tensor] = {}
+
+    # ------------------------------------------------------------------ server side
+    def setup(self, server: ServerContext) -> None:
+        self.server = server
+        self.names = list(server.trainable)
+        self.DG = {n: torch.zeros_like(server.global_params[n]) for n in self.names}
+
+    def _lr_factor(self, r: int) -> float:
+        return float(self.server.lr_factor(r)) if self.server.lr_factor is not None else 1.0
+
+    def broadcast(self, round_idx: int) -> dict[str, Msg]:
+        x = self.server.global_params
+        if self.prev_x and self.prev_factor > 0:
+            K = float(self.server.local_steps or self.prev_K or 1.0)
+            denom = K * self.lr * self.prev_factor
+            for n in self.names:
+                self.DG[n] = (self.prev_x[n] - x[n]) / denom  # -(x^r - x^{r-1}) / (K η_{r-1})
+        else:
+            for t in self.DG.values():
+                t.zero_()
+        self.prev_x = {n: x[n].detach().clone() for n in self.names}
+        self.prev_factor = self._lr_factor(round_idx)
+        return {self.key(f"DG/{n}"): Msg(self.DG[n]) for n in self.names}
+
+    def server_update(self, round_idx: int, agg: Aggregate) -> None:
+        k = self.key("K")
+        if k in agg.sums:
+            self.prev_K = float(agg.mean(k))
+
+    def state_dict(self) -> dict[str, Tensor]:
+        out = {f"prev_x/{n}": t for n, t in self.prev_x.items()}
+        out["prev_factor"] = torch.tensor(self.prev_factor, dtype=torch.float64)
+        out["prev_K"] = torch.tensor(self.prev_K, dtype=torch.float64)
+        return out
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.prev_x = {k[len("prev_x/"):]: v.clone() for k, v in state.items() if k.startswith("prev_x/")}
+        if "prev_factor" in state:
+            self.prev_factor = float(state["prev_factor"])
+        if "prev_K" in state:
+            self.prev_K = float(state["prev_K"])
+
+    # ------------------------------------------------------------------ client side
+    def client_start(self, client: ClientContext) -> None:
+        if client.optimizer is None:
+            raise ConfigError("method.parts", "alignment needs the local optimizer", "put local_optimizer before this part")
+        if self.scale_opt:
+            for g in client.optimizer.param_groups:
+                g["lr"] = g["lr"] * (1.0 - self.alpha)
+        step = self.lr * client.lr_factor * self.alpha  # η_r·α
+        client.scratch[self.name] = {n: client.received[self.key(f"DG/{n}")] for n in self.names} if step else {}
+        client.scratch[self.name + "/step"] = step
+
+    @torch.no_grad()
+    def after_step(self, client: ClientContext) -> None:
+        step = client.scratch[self.name + "/step"]
+        if not step:
+            return
+        for n, dg in client.scratch[self.name].items():
+            client.params[n].add_(dg.to(client.params[n].dtype), alpha=-step)  # p ← p - η_r α Δ_G
+
+    def client_end(self, client: ClientContext) -> dict[str, Msg]:
+        client.scratch.pop(self.name, None)
+        client.scratch.pop(self.name + "/step", None)
+        if self.server_local_steps_known():
+            return {}
+        return {self.key("K"): Msg(torch.tensor(float(client.step), dtype=torch.float64, device=client.params[self.names[0]].device))}
+
+    def server_local_steps_known(self) -> bool:
+        return bool(getattr(self, "server", None) is not None and self.server.local_steps)

@@ -1,0 +1,143 @@
+"""LMOControlVariates: SCAFFOLD-style control variates *inside* the LMO (seed 000 FedMuon, Alg. 1; spec 000 §4.1).
+
+Seed 000 ("FedMuon: federated learning with bias-corrected LMO-based optimization", anonymous ICLR submission),
+Algorithm 1 lines 6–17 and Eqs. (8)–(9). Client i keeps its EMA momentum M_i and a control variate C_i; the
+server keeps C. Every local step (line 8–9, with the local optimizer :class:`fl_lightning.optim.Muon` in
+``momentum_style="ema"``):
+
+    M_i ← (1-α) M_i + α ∇F_i(X_i; ξ)                       (line 8, the optimizer's momentum_buffer)
+    G_i = M_i - C_i + C                                    (Eq. 8: Muon.set_correction({p: C - C_i}))
+    X_i ← X_i + η·s(d1,d2)·lmo(G_i)                        (line 9, Eq. 9; s = per-layer scale, spec 000 §3.4)
+
+and at the end of the round C_i ← M_i (line 11), upload ΔC_i = C_i^{new} - C_i^{old} (line 12; equivalent to
+sending C_i^{new}), server C ← C + (1/n) Σ_{i∈S} ΔC_i (line 17; the paper's "1/N" is the typo A7 for 1/n).
+
+What this part does (the local optimizer, the model upload and the (n-S)/n rule are other parts):
+
+  * ``client_start``: the client's momentum starts from its stored C_i (the invariant M_i^{(r,0)} = C_i^{(r)},
+    Lemma 9), unless the local optimizer already restored a momentum from persistent state (then that is used
+    and equals C_i by construction); corrections ``C - C_i`` are handed to the optimizer.
+  * ``client_end``: C_i ← M_i in the client state, upload ΔC_i (dense, weight 1: 1 model-sized tensor).
+  * ``broadcast``: C (1 model-sized tensor down, on top of the weights).
+  * ``server_update``: C ← C + Σ ΔC_i / n.
+
+So the local optimizer may run with ``state: reset``: the momentum persists through C_i (one model-sized tensor
+per client in the ClientStateStore instead of two).
+
+Options (spec 000 §9):
+  * ``init`` (A6): ``grad`` (default; theory, Thms 2–3: every one of the n clients takes one minibatch gradient at
+    X^{(0)} via ``ServerContext.probe_gradient``; M_i = C_i = g_i, C = mean_i g_i; with several processes each
+    process probes the clients it owns and C is all-reduced) | ``zero`` (M_i = C_i = C = 0: round 0 is
+    LocalMuon, Thm 1's setting).
+  * ``correct_1d`` (A4): ``true`` (default, option A: non-matrix params take x ← x - η_sgd·(M - C_i + C), the
+    "single matrix" view of Alg. 1) | ``false`` (option B: plain momentum SGD on ndim < 2 params; no C/ΔC for
+    them, their momentum still persists through C_i).
+  * The aggregation rule (A8) is the ModelAverage part's ``rule`` (``n_minus_s`` default, ``mean`` alternative).
+
+Removing the LMO (``Muon(lmo="neg_identity", scale_mode="none")``) and α = 1 gives the SCAFFOLD variant of
+spec 000 §4.1 with c_i = the last local stochastic gradient (tested in tests/test_fedmuon_identities.py).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ...errors import ConfigError
+from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+
+
+def _acc_dtype(t: Tensor) -> torch.dtype:
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
+class LMOControlVariates(Part):
+    INITS = ("grad", "zero")
+
+    def __init__(self, init: str = "grad", correct_1d: bool = True):
+        if init not in self.INITS:
+            raise ConfigError("method.init", f"unknown init {init!r}", "use grad (theory) or zero")
+        self.init, self.correct_1d = init, bool(correct_1d)
+        self.C: dict[str, Tensor] = {}
+
+    # ------------------------------------------------------------------ server side
+    def setup(self, server: ServerContext) -> None:
+        self.server = server
+        params = dict(server.module.named_parameters())
+        self.names = list(server.trainable)
+        self.corrected = [n for n in self.names if self.correct_1d or params[n].ndim >= 2]
+        # server state in fp32 (fp64 stays fp64), whatever the training precision
+        self.C = {n: torch.zeros_like(params[n], dtype=_acc_dtype(params[n])) for n in self.corrected}
+        if self.init == "grad":
+            if server.probe_gradient is None or server.store is None:
+                raise ConfigError("method.init", "init=grad needs the loop's probe_gradient and client store",
+                                  "run through FederatedLoop, or set method.init=zero")
+            local_sum = {n: torch.zeros_like(t) for n, t in self.C.items()}
+            for cid in server.owned_clients:
+                g = server.probe_gradient(cid)
+                state = server.store.get(cid)
+                for n in self.names:
+                    state[self.key(f"C_i/{n}")] = g[n].detach()
+                server.store.put(cid, state)
+                for n in self.corrected:
+                    local_sum[n].add_(g[n].to(local_sum[n].dtype))
+            reduce = server.all_reduce_sum or (lambda t: t)
+            for n in self.corrected:
+                self.C[n] = reduce(local_sum[n]) / server.num_clients
+
+    def broadcast(self, round_idx: int) -> dict[str, Msg]:
+        return {self.key(f"C/{n}"): Msg(c) for n, c in self.C.items()}
+
+    def server_update(self, round_idx: int, agg: Aggregate) -> None:
+        for n, c in self.C.items():
+            k = self.key(f"dC/{n}")
+            if k in agg.sums:
+                c.add_(agg.sum(k).to(c.dtype), alpha=1.0 / agg.num_clients)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {f"C/{n}": c for n, c in self.C.items()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        for n, c in self.C.items():
+            if f"C/{n}" in state:
+                c.copy_(state[f"C/{n}"])
+
+    # ------------------------------------------------------------------ client side
+    def _optimizer(self, client: ClientContext):
+        opt = client.optimizer
+        if opt is None or not hasattr(opt, "set_correction"):
+            raise ConfigError("method.parts.local_optimizer.optimizer",
+                              "fedmuon_bc needs the fl_lightning.optim.Muon optimizer (corrections enter its LMO)",
+                              "use _target_: fl_lightning.optim.Muon and put local_optimizer before this part")
+        return opt
+
+    def client_start(self, client: ClientContext) -> None:
+        opt = self._optimizer(client)
+        old: dict[str, Tensor] = {}
+        for n in self.names:
+            p = client.params[n]
+            if opt.param_kind(p) == "adamw":
+                raise ConfigError("method.aux", "fedmuon_bc corrects the momentum of non-matrix params; AdamW has none",
+                                  "use the Muon optimizer's aux: sgd (seed 000's momentum SGD)")
+            stored = client.state.get(self.key(f"C_i/{n}"))
+            ci = stored.to(p.dtype) if stored is not None else torch.zeros_like(p)
+            old[n] = ci
+            if "momentum_buffer" not in opt.state[p]:  # M_i^{(r,0)} = C_i^{(r)} (Lemma 9)
+                opt.set_momentum({p: ci})
+        corr = {}
+        for n in self.corrected:
+            c = client.received[self.key(f"C/{n}")]
+            corr[client.params[n]] = c.to(old[n].dtype) - old[n]
+        opt.set_correction(corr)
+        client.scratch[self.name] = old
+
+    def client_end(self, client: ClientContext) -> dict[str, Msg]:
+        opt = client.optimizer
+        old = client.scratch.pop(self.name)
+        out: dict[str, Msg] = {}
+        for n in self.names:
+            m = opt.momentum_buffer(client.params[n]).detach()
+            if n in self.C:
+                out[self.key(f"dC/{n}")] = Msg(m - old[n], 1.0)
+            client.state[self.key(f"C_i/{n}")] = m.clone()
+        opt.set_correction(None)
+        return out

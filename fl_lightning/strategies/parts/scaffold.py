@@ -1,0 +1,113 @@
+"""ScaffoldCorrection: SCAFFOLD control variates on the gradient (Karimireddy et al., ICML 2020, Alg. 1).
+
+Server state c, client state c_i (both start at 0). Every local step the gradient handed to the local optimizer is
+corrected (``after_backward``, before clipping and ``optimizer.step``):
+
+    g ← ∇F_i(y; ξ) - c_i + c                               (Karimireddy et al. Alg. 1 line 10)
+
+At the end of the round the client sets c_i⁺ (``control``), uploads Δc_i = c_i⁺ - c_i (1 model-sized tensor) and
+the server does c ← c + (1/n) Σ_{i∈S} Δc_i (line 17; n = all clients). The model upload and the server's model
+step are the ModelAverage part (η_g = 1 with ``rule: mean``).
+
+``control`` (spec 000 §4.4 / A9, spec 003 B2, spec 004 §3.6):
+  * ``mean_grad`` (default; spec 000 §4.4's recommendation): c_i⁺ = the mean of the raw (uncorrected) minibatch
+    gradients of the round. Equals option II for plain SGD and stays meaningful with momentum or Adam.
+  * ``option2``: c_i⁺ = c_i - c + (x - y_i)/(K η_l) (the paper's option II; η_l = the client optimizer's lr for
+    that parameter in this round, K = the local steps done).
+  * ``last_grad``: c_i⁺ = the last raw minibatch gradient of the round: the "SCAFFOLD variant" that seed 000's
+    FedMuon reduces to with lmo → -G and α = 1 (spec 000 §4.1, A20); used by the identity tests.
+Option I (a fresh gradient at x) needs an extra gradient evaluation the loop does not make; not offered.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ...errors import ConfigError
+from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+
+
+class ScaffoldCorrection(Part):
+    CONTROLS = ("mean_grad", "option2", "last_grad")
+
+    def __init__(self, control: str = "mean_grad"):
+        if control not in self.CONTROLS:
+            raise ConfigError("method.control", f"unknown control-variate rule {control!r}",
+                              f"use one of {', '.join(self.CONTROLS)}")
+        self.control = control
+        self.c: dict[str, Tensor] = {}
+
+    def setup(self, server: ServerContext) -> None:
+        self.server = server
+        params = dict(server.module.named_parameters())
+        dt = lambda t: torch.float64 if t.dtype == torch.float64 else torch.float32  # noqa: E731
+        self.c = {n: torch.zeros_like(params[n], dtype=dt(params[n])) for n in server.trainable}
+
+    def broadcast(self, round_idx: int) -> dict[str, Msg]:
+        return {self.key(f"c/{n}"): Msg(c) for n, c in self.c.items()}
+
+    def client_start(self, client: ClientContext) -> None:
+        ci, corr, acc = {}, {}, {}
+        for n in self.c:
+            p = client.params[n]
+            stored = client.state.get(self.key(f"c_i/{n}"))
+            ci[n] = stored.to(p.dtype) if stored is not None else torch.zeros_like(p)
+            corr[n] = client.received[self.key(f"c/{n}")].to(p.dtype) - ci[n]
+            if self.control != "option2":
+                acc[n] = torch.zeros_like(p)
+        client.scratch[self.name] = {"c_i": ci, "corr": corr, "acc": acc}
+
+    def after_backward(self, client: ClientContext) -> None:
+        s = client.scratch[self.name]
+        for n, corr in s["corr"].items():
+            p = client.params[n]
+            if p.grad is None:
+                continue
+            if self.control == "mean_grad":
+                s["acc"][n].add_(p.grad)
+            elif self.control == "last_grad":
+                s["acc"][n].copy_(p.grad)
+            p.grad.add_(corr)
+
+    def _lrs(self, client: ClientContext) -> dict[int, float]:
+        out = {}
+        for g in client.optimizer.param_groups:
+            for p in g["params"]:
+                out[id(p)] = float(g["lr"])
+        return out
+
+    def client_end(self, client: ClientContext) -> dict[str, Msg]:
+        s = client.scratch.pop(self.name)
+        K = max(1, client.step)
+        lrs = self._lrs(client) if self.control == "option2" else {}
+        out: dict[str, Msg] = {}
+        for n in self.c:
+            if self.control == "mean_grad":
+                new = s["acc"][n] / K
+            elif self.control == "last_grad":
+                new = s["acc"][n]
+            else:
+                lr = lrs[id(client.params[n])]
+                if lr == 0:
+                    raise ConfigError("method.control", "option2 divides by the local lr, which is 0 this round",
+                                      "use control=mean_grad or a schedule that does not reach 0")
+                x, y = client.global_params[n], client.local[n].detach()
+                c = client.received[self.key(f"c/{n}")].to(y.dtype)
+                new = s["c_i"][n] - c + (x - y) / (K * lr)
+            out[self.key(f"dc/{n}")] = Msg(new - s["c_i"][n], 1.0)
+            client.state[self.key(f"c_i/{n}")] = new.detach().clone()
+        return out
+
+    def server_update(self, round_idx: int, agg: Aggregate) -> None:
+        for n, c in self.c.items():
+            k = self.key(f"dc/{n}")
+            if k in agg.sums:
+                c.add_(agg.sum(k).to(c.dtype), alpha=1.0 / agg.num_clients)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {f"c/{n}": c for n, c in self.c.items()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        for n, c in self.c.items():
+            if f"c/{n}" in state:
+                c.copy_(state[f"c/{n}"])
