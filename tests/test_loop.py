@@ -143,3 +143,14 @@ def test_device_memory_independent_of_client_count_cuda(tmp_path):
         peaks[n] = torch.cuda.max_memory_allocated()
         del loop
     assert peaks[64] <= peaks[4] * 1.05
+
+
+def test_aggregate_keeps_fp64_and_upcasts_half():
+    from fl_lightning.strategies.base import Aggregate, Msg
+
+    agg = Aggregate(num_clients=4)
+    agg.add({"a": Msg(torch.full((2,), 1.0, dtype=torch.float64) / 3), "b": Msg(torch.ones(2, dtype=torch.bfloat16), 2.0)})
+    agg.add({"a": Msg(torch.full((2,), 2.0, dtype=torch.float64) / 3), "b": Msg(torch.zeros(2, dtype=torch.bfloat16), 2.0)})
+    assert agg.sum("a").dtype == torch.float64 and agg.mean("a")[0].item() == 0.5
+    assert agg.sum("b").dtype == torch.float32 and agg.mean("b")[0].item() == 0.5
+    assert agg.num_sampled == 2 and agg.weights["b"] == 4.0

@@ -91,7 +91,9 @@ class Aggregate:
     def add(self, msgs: dict[str, Msg]) -> None:
         self.num_sampled += 1
         for k, m in msgs.items():
-            t = m.tensor.detach().float() if m.tensor.is_floating_point() else m.tensor.detach()
+            t = m.tensor.detach()
+            if t.dtype in (torch.float16, torch.bfloat16):  # accumulate half precision in fp32; fp32/fp64 stay
+                t = t.float()
             if k in self.sums:
                 self.sums[k].add_(t, alpha=m.weight)
             else:
