@@ -108,7 +108,8 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
         fabric.launch()
     torch.manual_seed(int(cfg.seed))
     data = build_federated_data(cfg.data, int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
-    log.info("data %s: %s", cfg.data.name, data.stats.summary())
+    if fabric.global_rank == 0:
+        log.info("data %s: %s", cfg.data.name, data.stats.summary())
     in_shape = tuple(data.train.tensors["x"].shape[1:])
     with fabric.init_module():
         torch.manual_seed(int(cfg.seed))
