@@ -14,11 +14,13 @@ import csv
 import json
 import logging
 import os
+import shutil
 import signal
 import time
 from typing import Any
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from . import seeding
@@ -222,34 +224,29 @@ class FederatedLoop:
                f"clients.rank{self.rank}": self.store.state_dict(), "rng": {"torch": torch.get_rng_state()}}
         return out
 
-    def save(self, wall: float) -> str | None:
+    def save(self, wall: float) -> str:
+        """Checkpoint at the end of round ``self.round``. With several processes each writes its clients' states
+        into a staging folder and rank 0 assembles the checkpoint (which is then written atomically)."""
         meta = {"round": self.round, "rows": self.rows, "uplink": self.uplink, "downlink": self.downlink,
                 "wall_s": wall, "config_hash": self.config_hash, "world_size": self.world}
         tensors = self.state_tensors()
-        if self.world > 1:  # every process writes its clients; rank 0 writes the rest
+        final = os.path.join(self.ckpt_root, f"round_{self.round:06d}")
+        staging = final + ".parts"
+        if self.world > 1:
             stem = f"clients.rank{self.rank}"
-            tmp_dir = os.path.join(self.ckpt_root, f"round_{self.round:06d}.parts")
-            os.makedirs(tmp_dir, exist_ok=True)
-            from safetensors.torch import save_file
-
-            save_file({k: v.cpu().contiguous() for k, v in tensors.pop(stem).items()}, os.path.join(tmp_dir, stem + ".safetensors"))
+            os.makedirs(staging, exist_ok=True)
+            save_file({k: v.cpu().contiguous() for k, v in tensors.pop(stem).items()}, os.path.join(staging, stem + ".safetensors"))
             self.fabric.barrier()
             if self.rank == 0:
-                for f in os.listdir(tmp_dir):
-                    from safetensors.torch import load_file
-
-                    tensors[f[: -len(".safetensors")]] = load_file(os.path.join(tmp_dir, f))
-        path = None
+                for f in os.listdir(staging):
+                    tensors[f[: -len(".safetensors")]] = load_file(os.path.join(staging, f))
         if self.rank == 0:
-            path = save_checkpoint(self.ckpt_root, self.round, tensors, meta, int(self.cfg.checkpoint.get("keep_last", 2)))
-            if self.world > 1:
-                import shutil
-
-                shutil.rmtree(os.path.join(self.ckpt_root, f"round_{self.round:06d}.parts"), ignore_errors=True)
+            save_checkpoint(self.ckpt_root, self.round, tensors, meta, int(self.cfg.checkpoint.get("keep_last", 2)))
+            shutil.rmtree(staging, ignore_errors=True)
         if self.world > 1:
             self.fabric.barrier()
-        self.last_ckpt = path or os.path.join(self.ckpt_root, f"round_{self.round:06d}")
-        return self.last_ckpt
+        self.last_ckpt = final
+        return final
 
     def restore(self, run_dir: str, force: bool = False) -> None:
         path = latest_checkpoint(os.path.join(run_dir, "checkpoints"))

@@ -33,8 +33,3 @@ class ModelAverage(Part):
             k = self.key(n)
             step = agg.mean(k) if self.rule == "mean" else agg.sum(k) / agg.num_clients
             x.add_(step.to(x.dtype), alpha=self.server_lr)
-
-    def mean_delta(self, agg: Aggregate, name: str):
-        """The applied step direction for ``name`` before the server lr (parts that need avgΔ read it here)."""
-        k = self.key(name)
-        return agg.mean(k) if self.rule == "mean" else agg.sum(k) / agg.num_clients
