@@ -289,13 +289,13 @@ def test_fedmuon_alignment_reapplies_alpha_avg_delta(tmp_path, alpha):
 # spec 003: one client == centralized Muon
 # ---------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("init", ["zero", "grad"])
-def test_fedmuon_avg_one_client_is_centralized_muon(tmp_path, init):
+def test_fedmuon_avg_one_client_is_centralized_muon_standard_order(tmp_path, init):
     from hydra.utils import instantiate
 
     tau, rounds = 3, 5
     batch_fn = regression_batches(1)
     cfg = method_config("fedmuon_avg", ["method.ns_dtype=null", f"method.init={init}", "method.lr=0.05",
-                                        "method.aux_lr=0.01", "method.weight_decay=0.01"])
+                                        "method.aux_lr=0.01", "method.weight_decay=0.01", "method.order=standard"])
     strategy = build(cfg)
     loop = run(strategy, LossModule(MLP(), mse), FakeData(batch_fn, 1), tmp_path,
                num_clients=1, per_round=1, rounds=rounds, local_steps=tau)
@@ -319,3 +319,56 @@ def test_fedmuon_avg_one_client_is_centralized_muon(tmp_path, init):
             got = mom.Mbar[f"{mom.name}/M/net.{n}/{sk}"]
             want = torch.tensor(float(v), dtype=got.dtype) if not isinstance(v, torch.Tensor) else v
             torch.testing.assert_close(got.to(want.dtype), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("init", ["zero", "grad"])
+def test_fedmuon_avg_one_client_is_centralized_alg1(tmp_path, init):
+    """Default order=alg1: one client over R rounds of tau steps == seed 003's Alg. 1 written out by hand for R*tau
+    iterations: X <- X(1 - lr wd) - lr Orth(M); g <- grad at the new X; M <- (1-beta) M + beta g (matrices), with
+    the biases on torch's AdamW after every gradient, and M_0 = the probe gradient (init=grad) or 0."""
+    from fl_lightning.optim import orthogonalize
+
+    tau, rounds, lr, wd, beta, aux_lr = 3, 4, 0.05, 0.01, 0.1, 0.01
+    batch_fn = regression_batches(1)
+    cfg = method_config("fedmuon_avg", ["method.ns_dtype=null", f"method.init={init}", f"method.lr={lr}",
+                                        f"method.aux_lr={aux_lr}", f"method.weight_decay={wd}", f"method.beta={beta}"])
+    loop = run(build(cfg), LossModule(MLP(), mse), FakeData(batch_fn, 1), tmp_path,
+               num_clients=1, per_round=1, rounds=rounds, local_steps=tau)
+
+    net = MLP()
+    mats = [p for p in net.parameters() if p.ndim >= 2]
+    vecs = [p for p in net.parameters() if p.ndim < 2]
+    adamw = torch.optim.AdamW(vecs, lr=aux_lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
+    if init == "grad":
+        g0 = _grads(net, batch_fn(0, -1, 0))
+        M = {p: g0[n].clone() for n, p in net.named_parameters() if p.ndim >= 2}
+    else:
+        M = {p: torch.zeros_like(p) for p in mats}
+    for r in range(rounds):
+        for k in range(tau):
+            with torch.no_grad():
+                for p in mats:  # Alg. 1 line 4 (decoupled weight decay as in the experiments)
+                    p.mul_(1 - lr * wd).sub_(lr * orthogonalize(M[p], steps=5, coeffs="muon"))
+            net.zero_grad(set_to_none=True)
+            mse(net, batch_fn(0, r, k)).backward()  # the gradient at the new point
+            with torch.no_grad():
+                for p in mats:
+                    M[p].mul_(1 - beta).add_(p.grad, alpha=beta)  # line 5
+            adamw.step()
+    for n, p in net.named_parameters():
+        torch.testing.assert_close(loop.global_params[f"net.{n}"], p.detach(), rtol=1e-5, atol=1e-6)
+    mom = loop.strategy.part(MomentumAverage)
+    for n, p in net.named_parameters():
+        if p.ndim >= 2:
+            torch.testing.assert_close(mom.Mbar[f"{mom.name}/M/net.{n}/momentum_buffer"], M[p], rtol=1e-5, atol=1e-6)
+
+
+def test_fedmuon_avg_alg1_differs_from_standard_order(tmp_path):
+    batch_fn = regression_batches(2)
+    out = {}
+    for order in ("alg1", "standard"):
+        cfg = method_config("fedmuon_avg", ["method.ns_dtype=null", f"method.order={order}", "method.lr=0.05"])
+        loop = run(build(cfg), LossModule(MLP(), mse), FakeData(batch_fn, 2), tmp_path / order,
+                   num_clients=2, per_round=2, rounds=3, local_steps=3)
+        out[order] = params_of(loop)
+    assert any((out["alg1"][k] - out["standard"][k]).abs().max() > 1e-4 for k in out["alg1"])

@@ -8,5 +8,6 @@ from .global_alignment import GlobalAlignment
 from .lmo_control_variates import LMOControlVariates
 from .momentum_average import MomentumAverage
 from .scaffold import ScaffoldCorrection
+from .step_order import MuonStepOrder
 
-__all__ += ["GlobalAlignment", "LMOControlVariates", "MomentumAverage", "ScaffoldCorrection"]
+__all__ += ["GlobalAlignment", "LMOControlVariates", "MomentumAverage", "ScaffoldCorrection", "MuonStepOrder"]

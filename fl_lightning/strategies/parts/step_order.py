@@ -1,0 +1,78 @@
+"""MuonStepOrder: seed 003's Algorithm 1 step order for the Muon parameters.
+
+Seed 003 (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning"), Alg. 1 lines 3–5 and Eqs. (4.1)–(4.2):
+
+    X_{t+1} = X_t − η·Orth(M_t)                         (step with the momentum as it is)
+    M_{t+1} = (1 − β) M_t + β ∇f(X_{t+1}; ξ_{t+1})      (then the gradient at the NEW point)
+
+so the momentum averaged at the end of a round already holds every client's gradient at its final local point,
+and a round's first step uses Orth(M̄) (spec 003 §3.1.2, "important order detail"). The loop's usual order is
+grad → momentum → step; with τ = K local steps this part turns it into Alg. 1's order with the same number of
+gradients (τ per round):
+
+    client_start           one step with the momentum as received (M̄, or M_0 in round 0), no gradient absorbed
+    last local step        the momentum absorbs the gradient at X_τ but the Muon parameters do not move (lr 0)
+
+Only the Muon (matrix) parameters follow Alg. 1's order; the auxiliary optimizer's parameters (AdamW for biases
+and norms, which Alg. 1 does not cover, spec 003 §3.1.5) take their usual step after every gradient.
+
+``order``: ``alg1`` (default, spec 003 §3.1.2 recommendation) | ``standard`` (grad → momentum → orth → step,
+the ablation; this part then does nothing). Needs the fl_lightning Muon optimizer with ``ema``/``ema_beta``
+momentum and no Nesterov, after the part that loads the momentum (MomentumAverage) in the parts list.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...errors import ConfigError
+from ..base import ClientContext, Part
+
+
+class MuonStepOrder(Part):
+    ORDERS = ("alg1", "standard")
+
+    def __init__(self, order: str = "alg1"):
+        if order not in self.ORDERS:
+            raise ConfigError("method.order", f"unknown step order {order!r}", "use alg1 (seed 003 Alg. 1) or standard")
+        self.order = order
+
+    def _muon_groups(self, client: ClientContext) -> list[dict]:
+        opt = client.optimizer
+        if opt is None or not hasattr(opt, "param_kind"):
+            raise ConfigError("method.order", "order=alg1 needs the fl_lightning.optim.Muon local optimizer",
+                              "use Muon, or set method.order=standard")
+        groups = [g for g in opt.param_groups if g["use_muon"]]
+        for g in groups:
+            if g["momentum_style"] == "heavy_ball" or g["nesterov"]:
+                raise ConfigError("method.order", "order=alg1 needs EMA momentum without Nesterov (Alg. 1 Eq. 4.1)",
+                                  "set the Muon momentum_style to ema and nesterov=false, or method.order=standard")
+        return groups
+
+    @torch.no_grad()
+    def client_start(self, client: ClientContext) -> None:
+        if self.order != "alg1":
+            return
+        opt = client.optimizer
+        groups = self._muon_groups(client)
+        saved = {p: p.grad for p in client.params.values()}
+        for p in client.params.values():
+            p.grad = None  # aux params (grad None) are skipped by this step
+        for g in groups:
+            for p in g["params"]:
+                p.grad = opt.momentum_buffer(p).clone()  # an EMA with g = M leaves M exactly as it is
+        opt.step()  # X <- X - lr * Orth(M): Alg. 1 line 4 with the momentum as received
+        for p, g in saved.items():
+            p.grad = g
+
+    def after_backward(self, client: ClientContext) -> None:
+        if self.order == "alg1" and client.step == client.num_steps - 1:
+            groups = self._muon_groups(client)
+            client.scratch[self.name] = [g["lr"] for g in groups]
+            for g in groups:
+                g["lr"] = 0.0  # absorb the gradient at X_tau into M (line 5) without another step
+
+    def after_step(self, client: ClientContext) -> None:
+        lrs = client.scratch.pop(self.name, None)
+        if lrs is not None:
+            for g, lr in zip(self._muon_groups(client), lrs):
+                g["lr"] = lr
