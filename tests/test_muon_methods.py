@@ -14,14 +14,16 @@ from fl_lightning.strategies.base import Part
 from fl_lightning.strategies.parts import (GlobalAlignment, LMOControlVariates, MomentumAverage, ScaffoldCorrection)
 from fl_lightning.strategies.parts.lowrank import dense_fraction, svd_compress, svd_rank, svd_roundtrip
 
-METHODS = ["local_muon", "local_muon_reset", "fedmuon_bc", "fedmuon_avg", "fedmuon", "fedmuon_svd", "scaffold"]
+METHODS = ["local_muon", "local_muon_reset", "fedmuon_bc", "fedmuon_avg", "fedmuon", "fedmuon_svd", "scaffold",
+           "scaffold_adam", "fedavg", "fedavg_adam"]
 MODEL_BYTES = sum(p.numel() * 4 for p in MLP().parameters())
 MATRIX_BYTES = sum(p.numel() * 4 for p in MLP().parameters() if p.ndim >= 2)
 
 
 # ------------------------------------------------------------------------------------------------ configs
 # the yaml lrs are tuned for the digits CNN; this tiny MLP regression wants larger Muon steps (moonlight scale ~0.4)
-LEARN_LR = {"local_muon": ["method.lr=0.05"], "fedmuon_bc": ["method.lr=0.05"]}
+LEARN_LR = {"local_muon": ["method.lr=0.05"], "fedmuon_bc": ["method.lr=0.05"], "scaffold_adam": ["method.lr=0.01"],
+            "fedavg_adam": ["method.lr=0.01"]}
 
 
 @pytest.mark.parametrize("name", METHODS)
