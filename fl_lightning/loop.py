@@ -94,18 +94,26 @@ class FederatedLoop:
     def _all_reduce(self, t: Tensor) -> Tensor:
         return self.fabric.all_reduce(t, reduce_op="sum") if self.world > 1 else t
 
+    def _gradient(self, batch: dict) -> dict[str, Tensor]:
+        """Gradient of ``training_step(batch)`` at the module's current weights; leaves ``p.grad`` as it was."""
+        saved = {n: p.grad for n, p in self.params.items()}
+        was_training = self.module.training
+        self.module.train()
+        for p in self.params.values():
+            p.grad = None
+        with self.fabric.autocast():
+            loss = self.module.training_step(self._to_device(batch), 0)
+        self.fabric.backward(loss)
+        grads = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for n, p in self.params.items()}
+        for n, p in self.params.items():
+            p.grad = saved[n]
+        self.module.train(was_training)
+        return grads
+
     def _probe_gradient(self, cid: int) -> dict[str, Tensor]:
         """Minibatch gradient of client ``cid`` at the current global weights (a fixed probe stream)."""
         self._load_global_into_module()
-        self.module.train()
-        self.module.zero_grad(set_to_none=True)
-        batch = self._to_device(self.data.probe_batch(cid, self.device))
-        with self.fabric.autocast():
-            loss = self.module.training_step(batch, 0)
-        self.fabric.backward(loss)
-        grads = {n: p.grad.detach().clone() for n, p in self.params.items()}
-        self.module.zero_grad(set_to_none=True)
-        return grads
+        return self._gradient(self.data.probe_batch(cid, self.device))
 
     def server_context(self) -> ServerContext:
         return ServerContext(
@@ -130,6 +138,7 @@ class FederatedLoop:
             state=self.store.checkout(cid), num_samples=self.data.num_samples(cid),
             num_steps=self.data.steps_per_round(cid, self.local_steps, self.local_epochs), lr_factor=lr_f,
             received=received,
+            extra_gradient=lambda: self._gradient(self.data.extra_batch(cid, r, self.device)),
         )
         self.strategy.client_start(client)
         self.module.train()

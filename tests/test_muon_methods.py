@@ -240,7 +240,7 @@ def test_config_errors_are_one_line():
     with pytest.raises(ConfigError, match="method.svd_frac"):
         MomentumAverage(codec="svd", svd_frac=0)
     with pytest.raises(ConfigError, match="method.control"):
-        ScaffoldCorrection(control="option1")
+        ScaffoldCorrection(control="option3")
 
 
 def test_fedmuon_bc_needs_muon(tmp_path):

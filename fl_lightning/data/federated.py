@@ -59,6 +59,14 @@ class FederatedData:
                 for s in range(0, n, bs):
                     yield self.train.batch(order[s : s + bs], device, g)
 
+    def extra_batch(self, client: int, round_idx: int, device) -> dict:
+        """A minibatch from a stream of its own, seeded by (seed, client, round): for parts that need one gradient
+        beyond the local steps (SCAFFOLD option I), without shifting the local steps' batches."""
+        idx = self.client_indices[client]
+        g = seeding.generator(self.seed, seeding.CLIENT_EXTRA, client, round_idx + 1)
+        take = idx[torch.randperm(len(idx), generator=g)[: min(self.batch_size, len(idx))]]
+        return self.train.batch(take, device, g)
+
     def probe_batch(self, client: int, device) -> dict:
         """One minibatch at a fixed stream (round -1): for strategies that initialise state from a gradient."""
         return next(self.client_batches(client, -1, device, local_steps=1))

@@ -77,6 +77,8 @@ class ClientContext:
     optimizer: torch.optim.Optimizer | None = None
     step: int = 0                         # local steps done so far
     scratch: dict[str, Any] = field(default_factory=dict)  # per-round, not persisted
+    extra_gradient: Any = None            # callable() -> {name: grad} at the module's current weights on a fresh
+                                          # minibatch of this client (its own (seed, client, round) stream)
 
 
 class Aggregate:

@@ -16,7 +16,8 @@ step are the ModelAverage part (η_g = 1 with ``rule: mean``).
     that parameter in this round, K = the local steps done).
   * ``last_grad``: c_i⁺ = the last raw minibatch gradient of the round: the "SCAFFOLD variant" that seed 000's
     FedMuon reduces to with lmo → -G and α = 1 (spec 000 §4.1, A20); used by the identity tests.
-Option I (a fresh gradient at x) needs an extra gradient evaluation the loop does not make; not offered.
+  * ``option1``: c_i⁺ = ∇F_i(x; ξ') at the received server model x on a fresh minibatch (the paper's option I;
+    one extra gradient per round, taken at ``client_start`` through ``ClientContext.extra_gradient``).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 
 
 class ScaffoldCorrection(Part):
-    CONTROLS = ("mean_grad", "option2", "last_grad")
+    CONTROLS = ("mean_grad", "option2", "last_grad", "option1")
 
     def __init__(self, control: str = "mean_grad"):
         if control not in self.CONTROLS:
@@ -53,8 +54,11 @@ class ScaffoldCorrection(Part):
             stored = client.state.get(self.key(f"c_i/{n}"))
             ci[n] = stored.to(p.dtype) if stored is not None else torch.zeros_like(p)
             corr[n] = client.received[self.key(f"c/{n}")].to(p.dtype) - ci[n]
-            if self.control != "option2":
+            if self.control in ("mean_grad", "last_grad"):
                 acc[n] = torch.zeros_like(p)
+        if self.control == "option1":  # the module holds x^r now: the fresh gradient is at the server model
+            g = client.extra_gradient()
+            acc = {n: g[n].detach().clone() for n in self.c}
         client.scratch[self.name] = {"c_i": ci, "corr": corr, "acc": acc}
 
     def after_backward(self, client: ClientContext) -> None:
@@ -84,7 +88,7 @@ class ScaffoldCorrection(Part):
         for n in self.c:
             if self.control == "mean_grad":
                 new = s["acc"][n] / K
-            elif self.control == "last_grad":
+            elif self.control in ("last_grad", "option1"):
                 new = s["acc"][n]
             else:
                 lr = lrs[id(client.params[n])]
