@@ -43,21 +43,27 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..base import ClientContext, Msg, ServerContext
+from .control_variate import ServerControlVariate
 
 
 def _acc_dtype(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-class LMOControlVariates(Part):
+class LMOControlVariates(ServerControlVariate):
     INITS = ("grad", "zero")
+    CV, DELTA = "C", "dC"
 
     def __init__(self, init: str = "grad", correct_1d: bool = True):
         if init not in self.INITS:
             raise ConfigError("method.init", f"unknown init {init!r}", "use grad (theory) or zero")
+        super().__init__()
         self.init, self.correct_1d = init, bool(correct_1d)
-        self.C: dict[str, Tensor] = {}
+
+    @property
+    def C(self) -> dict[str, Tensor]:  # the paper's name for the server variate
+        return self.cv
 
     # ------------------------------------------------------------------ server side
     def setup(self, server: ServerContext) -> None:
@@ -66,7 +72,7 @@ class LMOControlVariates(Part):
         self.names = list(server.trainable)
         self.corrected = [n for n in self.names if self.correct_1d or params[n].ndim >= 2]
         # server state in fp32 (fp64 stays fp64), whatever the training precision
-        self.C = {n: torch.zeros_like(params[n], dtype=_acc_dtype(params[n])) for n in self.corrected}
+        self.cv = {n: torch.zeros_like(params[n], dtype=_acc_dtype(params[n])) for n in self.corrected}
         if self.init == "grad":
             if server.probe_gradient is None or server.store is None:
                 raise ConfigError("method.init", "init=grad needs the loop's probe_gradient and client store",
@@ -82,24 +88,7 @@ class LMOControlVariates(Part):
                     local_sum[n].add_(g[n].to(local_sum[n].dtype))
             reduce = server.all_reduce_sum or (lambda t: t)
             for n in self.corrected:
-                self.C[n] = reduce(local_sum[n]) / server.num_clients
-
-    def broadcast(self, round_idx: int) -> dict[str, Msg]:
-        return {self.key(f"C/{n}"): Msg(c) for n, c in self.C.items()}
-
-    def server_update(self, round_idx: int, agg: Aggregate) -> None:
-        for n, c in self.C.items():
-            k = self.key(f"dC/{n}")
-            if k in agg.sums:
-                c.add_(agg.sum(k).to(c.dtype), alpha=1.0 / agg.num_clients)
-
-    def state_dict(self) -> dict[str, Tensor]:
-        return {f"C/{n}": c for n, c in self.C.items()}
-
-    def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        for n, c in self.C.items():
-            if f"C/{n}" in state:
-                c.copy_(state[f"C/{n}"])
+                self.cv[n] = reduce(local_sum[n]) / server.num_clients
 
     # ------------------------------------------------------------------ client side
     def _optimizer(self, client: ClientContext):

@@ -25,27 +25,29 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..base import ClientContext, Msg, ServerContext
+from .control_variate import ServerControlVariate
 
 
-class ScaffoldCorrection(Part):
+class ScaffoldCorrection(ServerControlVariate):
     CONTROLS = ("mean_grad", "option2", "last_grad", "option1")
 
     def __init__(self, control: str = "mean_grad"):
         if control not in self.CONTROLS:
             raise ConfigError("method.control", f"unknown control-variate rule {control!r}",
                               f"use one of {', '.join(self.CONTROLS)}")
+        super().__init__()
         self.control = control
-        self.c: dict[str, Tensor] = {}
+
+    @property
+    def c(self) -> dict[str, Tensor]:
+        return self.cv
 
     def setup(self, server: ServerContext) -> None:
         self.server = server
         params = dict(server.module.named_parameters())
         dt = lambda t: torch.float64 if t.dtype == torch.float64 else torch.float32  # noqa: E731
-        self.c = {n: torch.zeros_like(params[n], dtype=dt(params[n])) for n in server.trainable}
-
-    def broadcast(self, round_idx: int) -> dict[str, Msg]:
-        return {self.key(f"c/{n}"): Msg(c) for n, c in self.c.items()}
+        self.cv = {n: torch.zeros_like(params[n], dtype=dt(params[n])) for n in server.trainable}
 
     def client_start(self, client: ClientContext) -> None:
         ci, corr, acc = {}, {}, {}
@@ -101,17 +103,3 @@ class ScaffoldCorrection(Part):
             out[self.key(f"dc/{n}")] = Msg(new - s["c_i"][n], 1.0)
             client.state[self.key(f"c_i/{n}")] = new.detach().clone()
         return out
-
-    def server_update(self, round_idx: int, agg: Aggregate) -> None:
-        for n, c in self.c.items():
-            k = self.key(f"dc/{n}")
-            if k in agg.sums:
-                c.add_(agg.sum(k).to(c.dtype), alpha=1.0 / agg.num_clients)
-
-    def state_dict(self) -> dict[str, Tensor]:
-        return {f"c/{n}": c for n, c in self.c.items()}
-
-    def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        for n, c in self.c.items():
-            if f"c/{n}" in state:
-                c.copy_(state[f"c/{n}"])
