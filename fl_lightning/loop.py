@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -66,6 +67,7 @@ class FederatedLoop:
         self.keys = [k for k in sd if k in set(self.trainable) or k in buffers]
         self.local: dict[str, Tensor] = {k: sd[k] for k in self.keys}
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
+        self.param_dtype = next(iter(self.params.values())).dtype
         self.global_params: dict[str, Tensor] = {k: v.detach().clone() for k, v in self.local.items()}
         self.owned = [c for c in range(self.n) if c % self.world == self.rank]
         offload = cfg.get("store", {}).get("offload_dir") if cfg.get("store") else None
@@ -87,8 +89,9 @@ class FederatedLoop:
             for k, t in self.local.items():
                 t.copy_(self.global_params[k])
 
-    def _to_device(self, batch: dict) -> dict:
-        dtype = next(iter(self.params.values())).dtype
+    def _cast_floats(self, batch: dict) -> dict:
+        """Float inputs in the parameters' dtype (needed under the "-true" precisions; a no-op otherwise)."""
+        dtype = self.param_dtype
         return {k: (v.to(dtype) if v.is_floating_point() and v.dtype != dtype else v) for k, v in batch.items()}
 
     def _all_reduce(self, t: Tensor) -> Tensor:
@@ -102,7 +105,7 @@ class FederatedLoop:
         for p in self.params.values():
             p.grad = None
         with self.fabric.autocast():
-            loss = self.module.training_step(self._to_device(batch), 0)
+            loss = self.module.training_step(self._cast_floats(batch), 0)
         self.fabric.backward(loss)
         grads = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for n, p in self.params.items()}
         for n, p in self.params.items():
@@ -145,7 +148,7 @@ class FederatedLoop:
         clip = self.strategy.grad_clip
         loss_sum = torch.zeros((), device=self.device)
         for k, batch in enumerate(self.data.client_batches(cid, r, self.device, self.local_steps, self.local_epochs)):
-            batch = self._to_device(batch)
+            batch = self._cast_floats(batch)
             with self.fabric.autocast():
                 loss = self.module.training_step(batch, k)
             self.fabric.backward(loss)
@@ -158,7 +161,7 @@ class FederatedLoop:
             client.optimizer.zero_grad(set_to_none=True)
             loss_sum += loss.detach().float()
         mean_loss = float(loss_sum) / max(1, client.step)
-        if not torch.isfinite(torch.tensor(mean_loss)):
+        if not math.isfinite(mean_loss):
             where = f"; last good checkpoint: {self.last_ckpt}" if self.last_ckpt else "; no checkpoint was written yet"
             raise NonFiniteLossError(
                 f"training loss became {mean_loss} at round {r + 1}, client {cid}: lower the learning rate "
@@ -224,7 +227,7 @@ class FederatedLoop:
         self.module.eval()
         for i, batch in enumerate(self.data.test_batches(self.device)):
             with self.fabric.autocast():
-                self.module.validation_step(self._to_device(batch), i)
+                self.module.validation_step(self._cast_floats(batch), i)
         return self.module.compute_eval()
 
     # ------------------------------------------------------------------ checkpoints
