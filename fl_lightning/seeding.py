@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-SAMPLING, CLIENT_DATA, CLIENT_TORCH, INIT, CLIENT_EXTRA = 1, 2, 3, 4, 5
+SAMPLING, CLIENT_DATA, CLIENT_TORCH, CLIENT_EXTRA = 1, 2, 3, 5  # purpose ids (4 retired; ids never reused)
 
 
 def derive(seed: int, *ids: int) -> int:
