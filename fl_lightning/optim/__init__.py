@@ -1,6 +1,9 @@
-"""Optimizers: the Muon family (Newton–Schulz orthogonalization, the spectral LMO, Muon with an aux optimizer)."""
+"""Optimizers: the Muon family (Newton–Schulz orthogonalization, the spectral LMO, Muon with an aux optimizer) and
+the state adapters through which federated parts move optimizer state."""
 
-from .muon import Muon, momentum_coeffs, muon_param_names, split_muon_params, update_scale
+from .adapters import AdamAdapter, SGDAdapter, StateAdapter, adapter_for, register_adapter
+from .muon import (Muon, MuonAdapter, momentum_coeffs, momentum_update, muon_param_names, muon_update,
+                   split_muon_params, update_scale)
 from .newton_schulz import (
     NS_COEFFS,
     as_matrix,
@@ -12,6 +15,14 @@ from .newton_schulz import (
 )
 
 __all__ = [
+    "AdamAdapter",
+    "MuonAdapter",
+    "SGDAdapter",
+    "StateAdapter",
+    "adapter_for",
+    "momentum_update",
+    "muon_update",
+    "register_adapter",
     "NS_COEFFS",
     "Muon",
     "as_matrix",

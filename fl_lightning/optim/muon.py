@@ -51,9 +51,11 @@ from collections.abc import Callable, Iterable, Mapping
 import torch
 from torch import Tensor, nn
 
+from .adapters import StateAdapter
 from .newton_schulz import matrix_shape, orthogonalize, resolve_coeffs
 
-__all__ = ["Muon", "split_muon_params", "muon_param_names", "momentum_coeffs", "update_scale"]
+__all__ = ["Muon", "MuonAdapter", "split_muon_params", "muon_param_names", "momentum_coeffs", "momentum_update",
+           "muon_update", "update_scale"]
 
 MOMENTUM_STYLES = ("ema", "ema_beta", "heavy_ball")
 _STYLE_ALIASES = {"lerp": "ema_beta", "torch": "ema_beta", "ema_alpha": "ema", "sum": "heavy_ball"}
@@ -84,6 +86,34 @@ def update_scale(mode: str, rows: int, cols: int) -> float:
     if mode == "none":
         return 1.0
     raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {mode!r}")
+
+
+def momentum_update(grad: Tensor, buf: Tensor, style: str, momentum: float, nesterov: bool) -> Tensor:
+    """The momentum line, in place on ``buf``, and the direction: M ← decay·M + gain·g (``momentum_coeffs``), then
+    D = gain·g + decay·M with Nesterov, else D = M. Heavy-ball is torch.optim.SGD's arithmetic, the EMA styles
+    torch.optim.Muon's (``buf.lerp_``), bit for bit. ``grad`` is not modified."""
+    style = _STYLE_ALIASES.get(style, style)
+    decay, gain = momentum_coeffs(style, momentum)
+    if style == "heavy_ball":
+        buf.mul_(decay).add_(grad)
+        return grad.add(buf, alpha=decay) if nesterov else buf
+    buf.lerp_(grad, gain)
+    return grad.lerp(buf, decay) if nesterov else buf
+
+
+def muon_update(grad: Tensor, momentum: Tensor, beta: float = 0.95, *, style: str = "ema_beta",
+                nesterov: bool = True, correction: Tensor | None = None, ns_steps: int = 5,
+                ns_coeffs: str | tuple = "muon", ns_method: str = "ns", ns_eps: float = 1e-7,
+                ns_dtype: torch.dtype | str | None = None, scale_mode: str = "spectral") -> Tensor:
+    """The Muon update of one matrix, as a pure function (Keller Jordan's ``muon_update``): updates ``momentum`` in
+    place and returns s·orthogonalize(D + correction), to be applied as X ← X − lr·update. ``Muon.step`` is this
+    line by line (it folds s into the learning rate); parts and server optimizers reuse it without faking p.grad."""
+    d = momentum_update(grad, momentum, style, beta, nesterov)
+    if correction is not None:
+        d = d + correction
+    o = orthogonalize(d, steps=ns_steps, coeffs=ns_coeffs, method=ns_method, eps=ns_eps, dtype=ns_dtype)
+    s = update_scale(scale_mode, *matrix_shape(grad))
+    return o if s == 1.0 else o * s
 
 
 class Muon(torch.optim.Optimizer):
@@ -159,10 +189,8 @@ class Muon(torch.optim.Optimizer):
 
     def param_kind(self, p: Tensor) -> str:
         """'muon', 'sgd' or 'adamw': how p is updated."""
-        for group in self.param_groups:
-            if any(q is p for q in group["params"]):
-                return "muon" if group["use_muon"] else group["aux"]
-        raise KeyError("parameter is not managed by this optimizer")
+        group = self._group_of(p)
+        return "muon" if group["use_muon"] else group["aux"]
 
     # ----------------------------------------------------------------- the step
     @torch.no_grad()
@@ -172,7 +200,6 @@ class Muon(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            lr, wd = group["lr"], group["weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -181,37 +208,41 @@ class Muon(torch.optim.Optimizer):
                 if not group["use_muon"] and group["aux"] == "adamw":
                     self._adamw(p, group)
                     continue
-                d = self._direction(p, p.grad, group)
-                if group["use_muon"]:
-                    if group["lmo"] == "spectral":
-                        d = orthogonalize(d, steps=group["ns_steps"], coeffs=group["ns_coeffs"],
-                                          method=group["ns_method"], eps=group["ns_eps"], dtype=group["ns_dtype"])
-                    lr_p = lr * update_scale(group["scale_mode"], *matrix_shape(p))
-                else:
-                    lr_p = lr  # aux momentum SGD
-                if wd != 0:
-                    p.mul_(1 - lr * wd)  # decoupled weight decay (unscaled lr, as torch.optim.Muon/AdamW)
-                p.add_(d, alpha=-lr_p)
+                style = _STYLE_ALIASES.get(group["momentum_style"], group["momentum_style"])
+                d = momentum_update(p.grad, self.momentum_buffer(p), style, group["momentum"], group["nesterov"])
+                self._apply(p, d, group)
         return loss
 
-    def _direction(self, p: Tensor, g: Tensor, group: dict) -> Tensor:
-        """Momentum update, Nesterov look-ahead, correction and hook. Never returns p.grad itself mutated."""
-        style = _STYLE_ALIASES.get(group["momentum_style"], group["momentum_style"])
-        mu = group["momentum"]
-        buf = self.momentum_buffer(p)
-        decay, gain = momentum_coeffs(style, mu)
-        if style == "heavy_ball":  # torch.optim.SGD: buf = β buf + g ; nesterov: g + β buf
-            buf.mul_(decay).add_(g)
-            d = g.add(buf, alpha=decay) if group["nesterov"] else buf
-        else:  # lerp forms (bit-compatible with torch.optim.Muon): buf = buf + gain (g - buf)
-            buf.lerp_(g, gain)
-            d = g.lerp(buf, decay) if group["nesterov"] else buf
+    @torch.no_grad()
+    def apply_direction(self, p: Tensor, d: Tensor) -> None:
+        """One step of p along a given direction D (e.g. the momentum as received, seed 003 Alg. 1 line 4): the
+        correction and hook, the LMO, weight decay and the scaled step, exactly as in ``step`` after the momentum
+        line; the stored momentum is not touched."""
+        self._apply(p, d, self._group_of(p))
+
+    def _group_of(self, p: Tensor) -> dict:
+        for group in self.param_groups:
+            if any(q is p for q in group["params"]):
+                return group
+        raise KeyError("parameter is not managed by this optimizer")
+
+    def _apply(self, p: Tensor, d: Tensor, group: dict) -> None:
         c = self.corrections.get(p)
         if c is not None:
             d = d + c  # out of place: the stored momentum is unchanged
         if self.direction_hook is not None:
             d = self.direction_hook(p, d)
-        return d
+        lr, wd = group["lr"], group["weight_decay"]
+        if group["use_muon"]:
+            if group["lmo"] == "spectral":
+                d = orthogonalize(d, steps=group["ns_steps"], coeffs=group["ns_coeffs"], method=group["ns_method"],
+                                  eps=group["ns_eps"], dtype=group["ns_dtype"])
+            lr_p = lr * update_scale(group["scale_mode"], *matrix_shape(p))  # the scale folded into the lr
+        else:
+            lr_p = lr  # aux momentum SGD
+        if wd != 0:
+            p.mul_(1 - lr * wd)  # decoupled weight decay (unscaled lr, as torch.optim.Muon/AdamW)
+        p.add_(d, alpha=-lr_p)
 
     def _adamw(self, p: Tensor, group: dict) -> None:
         """torch.optim.AdamW (single-tensor path) with decoupled weight decay; correction enters the gradient."""
@@ -233,6 +264,31 @@ class Muon(torch.optim.Optimizer):
         v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
         denom = (v.sqrt() / math.sqrt(1 - beta2**t)).add_(eps)
         p.addcdiv_(m, denom, value=-lr / (1 - beta1**t))
+
+
+class MuonAdapter(StateAdapter):
+    """Muon's state for federated parts: ``momentum_buffer`` for Muon and aux-SGD params; ``step`` (an int),
+    ``exp_avg``, ``exp_avg_sq`` for aux-AdamW params; corrections enter the direction (``set_correction``)."""
+
+    supports_correction = True
+
+    def param_kind(self, p: Tensor) -> str:
+        return self.opt.param_kind(p)
+
+    def entries(self, p: Tensor) -> tuple[str, ...]:
+        return ("step", "exp_avg", "exp_avg_sq") if self.param_kind(p) == "adamw" else ("momentum_buffer",)
+
+    def init_state(self, p: Tensor) -> dict:
+        zeros = lambda: torch.zeros_like(p, memory_format=torch.preserve_format)  # noqa: E731
+        if self.param_kind(p) == "adamw":
+            return {"step": 0, "exp_avg": zeros(), "exp_avg_sq": zeros()}
+        return {"momentum_buffer": zeros()}
+
+    def set_correction(self, corrections) -> None:
+        self.opt.set_correction(corrections)
+
+
+Muon.state_adapter = MuonAdapter
 
 
 def _build_groups(params: Iterable, defaults: dict, aux_args: dict) -> list[dict]:

@@ -20,3 +20,25 @@ class MomentumSpy(Part):
         self.ends.append((client.round, client.id, {n: opt.momentum_buffer(p).clone() for n, p in client.params.items()
                                                     if opt.param_kind(p) == "muon"}))
         return {}
+
+
+class StateSpy(Part):
+    """After a state-moving part: the optimizer state of every param (through its adapter) at client_start and at
+    client_end, as ``(round, client, {name: {entry: tensor}})``."""
+
+    def __init__(self):
+        self.starts, self.ends = [], []
+
+    @staticmethod
+    def _snap(client):
+        from fl_lightning.optim import adapter_for
+
+        a = adapter_for(client.optimizer)
+        return {n: {k: v.clone() for k, v in a.export_state(p).items()} for n, p in client.params.items()}
+
+    def client_start(self, client):
+        self.starts.append((client.round, client.id, self._snap(client)))
+
+    def client_end(self, client):
+        self.ends.append((client.round, client.id, self._snap(client)))
+        return {}

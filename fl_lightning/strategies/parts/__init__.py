@@ -6,8 +6,8 @@ __all__ = ["LocalOptimizer", "ModelAverage", "flatten_optimizer_state", "load_fl
 # Muon-family parts (seeds 000 / 003 / 004) and SCAFFOLD
 from .global_alignment import GlobalAlignment
 from .lmo_control_variates import LMOControlVariates
-from .momentum_average import MomentumAverage
+from .optimizer_state_average import MomentumAverage, OptimizerStateAverage
 from .scaffold import ScaffoldCorrection
 from .step_order import MuonStepOrder
 
-__all__ += ["GlobalAlignment", "LMOControlVariates", "MomentumAverage", "ScaffoldCorrection", "MuonStepOrder"]
+__all__ += ["GlobalAlignment", "LMOControlVariates", "MomentumAverage", "OptimizerStateAverage", "ScaffoldCorrection", "MuonStepOrder"]

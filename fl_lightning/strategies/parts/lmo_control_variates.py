@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
+from ...optim.adapters import adapter_for
 from ..base import ClientContext, Msg, ServerContext
 from .control_variate import ServerControlVariate
 
@@ -91,42 +92,42 @@ class LMOControlVariates(ServerControlVariate):
                 self.cv[n] = reduce(local_sum[n]) / server.num_clients
 
     # ------------------------------------------------------------------ client side
-    def _optimizer(self, client: ClientContext):
-        opt = client.optimizer
-        if not hasattr(opt, "set_correction"):
+    def _adapter(self, client: ClientContext):
+        adapter = adapter_for(client.optimizer)
+        if not adapter.supports_correction:
             raise ConfigError("method.parts.local_optimizer.optimizer",
                               "fedmuon_bc needs the fl_lightning.optim.Muon optimizer (corrections enter its LMO)",
                               "use a Muon optimizer (optimizer=muon_000)")
-        return opt
+        return adapter
 
     def client_start(self, client: ClientContext) -> None:
-        opt = self._optimizer(client)
+        adapter = self._adapter(client)
         old: dict[str, Tensor] = {}
         for n in self.names:
             p = client.params[n]
-            if opt.param_kind(p) == "adamw":
+            if "momentum_buffer" not in (adapter.entries(p) or ()):
                 raise ConfigError("method.parts.local_optimizer.optimizer.aux", "fedmuon_bc corrects the momentum of non-matrix params; AdamW has none",
                                   "use the Muon optimizer's aux: sgd (seed 000's momentum SGD)")
             stored = client.state.get(self.key(f"C_i/{n}"))
             ci = stored.to(p.dtype) if stored is not None else torch.zeros_like(p)
             old[n] = ci
-            if "momentum_buffer" not in opt.state[p]:  # M_i^{(r,0)} = C_i^{(r)} (Lemma 9)
-                opt.set_momentum({p: ci})
+            if "momentum_buffer" not in adapter.opt.state[p]:  # M_i^{(r,0)} = C_i^{(r)} (Lemma 9)
+                adapter.import_state(p, {"momentum_buffer": ci})
         corr = {}
         for n in self.corrected:
             c = client.received[self.key(f"C/{n}")]
             corr[client.params[n]] = c.to(old[n].dtype) - old[n]
-        opt.set_correction(corr)
+        adapter.set_correction(corr)
         client.scratch[self.name] = old
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        opt = client.optimizer
+        adapter = adapter_for(client.optimizer)
         old = client.scratch.pop(self.name)
         out: dict[str, Msg] = {}
         for n in self.names:
-            m = opt.momentum_buffer(client.params[n]).detach()
+            m = adapter.export_state(client.params[n])["momentum_buffer"].detach()
             if n in self.C:
                 out[self.key(f"dC/{n}")] = Msg(m - old[n], 1.0)
             client.state[self.key(f"C_i/{n}")] = m.clone()
-        opt.set_correction(None)
+        adapter.set_correction(None)
         return out

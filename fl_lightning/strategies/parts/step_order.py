@@ -18,7 +18,7 @@ and norms, which Alg. 1 does not cover, spec 003 §3.1.5) take their usual step 
 
 ``order``: ``alg1`` (default, spec 003 §3.1.2 recommendation) | ``standard`` (grad → momentum → orth → step,
 the ablation; this part then does nothing). Needs the fl_lightning Muon optimizer with ``ema``/``ema_beta``
-momentum and no Nesterov, after the part that loads the momentum (MomentumAverage) in the parts list.
+momentum and no Nesterov, after the part that loads the momentum (OptimizerStateAverage) in the parts list.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class MuonStepOrder(Part):
 
     def _muon_groups(self, client: ClientContext) -> list[dict]:
         opt = client.optimizer
-        if opt is None or not hasattr(opt, "param_kind"):
+        if opt is None or not hasattr(opt, "apply_direction"):
             raise self.error("order", "order=alg1 needs the fl_lightning.optim.Muon local optimizer",
                               "use Muon, or set method.order=standard")
         groups = [g for g in opt.param_groups if g["use_muon"]]
@@ -53,16 +53,9 @@ class MuonStepOrder(Part):
         if self.order != "alg1":
             return
         opt = client.optimizer
-        groups = self._muon_groups(client)
-        saved = {p: p.grad for p in client.params.values()}
-        for p in client.params.values():
-            p.grad = None  # aux params (grad None) are skipped by this step
-        for g in groups:
+        for g in self._muon_groups(client):
             for p in g["params"]:
-                p.grad = opt.momentum_buffer(p).clone()  # an EMA with g = M leaves M exactly as it is
-        opt.step()  # X <- X - lr * Orth(M): Alg. 1 line 4 with the momentum as received
-        for p, g in saved.items():
-            p.grad = g
+                opt.apply_direction(p, opt.momentum_buffer(p))  # X <- X - lr * Orth(M): Alg. 1 line 4, M as received
 
     def after_backward(self, client: ClientContext) -> None:
         if self.order == "alg1" and client.step == client.num_steps - 1:

@@ -1,21 +1,27 @@
-"""MomentumAverage: clients upload their optimizer momentum, the server averages it, every client starts the next
-round from the average (seed 003 FedMuon's momentum averaging; seed 004 FedMuon's momentum aggregation m̄).
+"""OptimizerStateAverage: clients upload optimizer state, the server averages it, every client starts the next
+round from the average. Seed 003 FedMuon's momentum averaging, seed 004 FedMuon's momentum aggregation m̄; the same
+part carries Sophia's h, SOAP's L and R or Adam's v (any entry the optimizer's state adapter exports).
+``MomentumAverage`` is the same class under its old name (existing configs keep working).
 
 Seed 003 (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning"), Alg. 1 line 7: every τ local steps
 X̄ = mean_k X^{(k)} and **M̄ = mean_k M^{(k)}**, both broadcast, and every worker restarts from them (spec 003
 §3.1.2). Seed 004 (Liu et al., "FedMuon: Accelerating Federated Learning with Matrix Orthogonalization"),
 Alg. 1: M_i^{r,0} ← M̄^r, M̄^{r+1} = (1/S) Σ_i M_i^{r,K} over the Muon (matrix) parameters (spec 004 §3.5.4).
 
-    client_start  load M̄ (received) into the optimizer state of the selected params (round 0: zeros, or with
-                  ``init=grad`` the client's own minibatch gradient at X^0: seed 003 Alg. 1 line 1)
-    client_end    upload M_i (one Msg per param and state entry; ``codec=svd`` sends a truncated SVD)
+    client_start  import M̄ (received) through the optimizer's state adapter (fl_lightning/optim/adapters.py: the
+                  missing entries are completed, numbers cast to the optimizer's type, derived state refreshed)
+                  (round 0: nothing, or with ``init=grad`` the client's own minibatch gradient at X^0 as the
+                  momentum: seed 003 Alg. 1 line 1)
+    client_end    upload the exported entries (one Msg per param and entry; ``codec`` e.g. a truncated SVD)
     server_update M̄ ← uniform mean of the uploads (over the sampled clients)
     broadcast     M̄ (dense; the mean of S low-rank matrices is not low-rank, spec 004 §3.5.5)
 
 Options:
-  * ``params``: ``muon`` (the Muon optimizer's matrix groups only; seed 004: "M̄ for every Muon-handled matrix",
-    the AdamW state of 1-D params starts fresh every round) | ``all`` (every trainable param that has the state).
-  * ``state_keys``: which optimizer-state entries travel. ``[momentum_buffer]`` (Muon / SGD momentum) by default;
+  * ``params``: ``muon`` (params whose adapter kind is ``muon``: the Muon optimizer's matrix groups; seed 004: "M̄
+    for every Muon-handled matrix", the AdamW state of 1-D params starts fresh every round) | ``all`` (every
+    trainable param that has the state).
+  * ``state_keys``: which optimizer-state entries travel, or ``all`` (every entry the adapter lists for the
+    param). ``[momentum_buffer]`` (Muon / SGD momentum) by default;
     seed 003's recommended default also averages the aux AdamW moments (spec 003 §3.1.5,
     ``avg_aux_optimizer_state = True``): ``[momentum_buffer, exp_avg, exp_avg_sq, step]`` (``step`` travels as a
     0-d tensor so Adam's bias correction continues; the alternative ``[momentum_buffer]`` keeps AdamW per-round).
@@ -35,10 +41,11 @@ from torch import Tensor
 
 from ...codecs import Dense
 from ...errors import ConfigError
+from ...optim.adapters import adapter_for
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 
 
-class MomentumAverage(Part):
+class OptimizerStateAverage(Part):
     PARAMS = ("muon", "all")
     INITS = ("zero", "grad")
 
@@ -49,7 +56,11 @@ class MomentumAverage(Part):
         if codec is not None and (isinstance(codec, (str, bytes)) or not hasattr(codec, "encode")):
             raise ConfigError("codec", f"expected a codec, got {codec!r}",
                               "give a _target_ such as fl_lightning.codecs.LowRankSVD (or null for dense)")
-        self.params, self.state_keys, self.init = params, tuple(state_keys), init
+        if isinstance(state_keys, str) and state_keys != "all" or not state_keys:
+            raise ConfigError("state_keys", f"expected a list of optimizer-state entries or 'all', got {state_keys!r}",
+                              "e.g. [momentum_buffer] or [exp_avg, exp_avg_sq, step]")
+        self.params, self.init = params, init
+        self.state_keys = "all" if state_keys == "all" else tuple(state_keys)
         self.codec = codec if codec is not None else Dense()
         self.Mbar: dict[str, Tensor] = {}
 
@@ -81,63 +92,57 @@ class MomentumAverage(Part):
         self.Mbar = {self.key(k): v.clone() for k, v in state.items()}
 
     # ------------------------------------------------------------------ client side
-    def _selected(self, client: ClientContext) -> list[str]:
-        opt = client.optimizer
+    def _selected(self, client: ClientContext, adapter) -> list[str]:
         if self.params == "all":
             return list(client.params)
-        if not hasattr(opt, "param_kind"):
-            raise self.error("params", "params=muon needs the fl_lightning.optim.Muon optimizer",
-                              "use Muon as the local optimizer or set params=all")
-        return [n for n, p in client.params.items() if opt.param_kind(p) == "muon"]
+        names = [n for n, p in client.params.items() if adapter.param_kind(p) == "muon"]
+        if not names:
+            raise self.error("params", f"params=muon but {type(client.optimizer).__name__} updates no parameter "
+                             "as a Muon matrix", "use the Muon local optimizer or set params=all")
+        return names
+
+    def _keys(self, adapter, p: Tensor) -> tuple[str, ...]:
+        if self.state_keys != "all":
+            return self.state_keys
+        entries = adapter.entries(p)
+        return tuple(entries) if entries is not None else tuple(adapter.export_state(p))
 
     def client_start(self, client: ClientContext) -> None:
-        opt = client.optimizer
-        names = self._selected(client)
+        adapter = adapter_for(client.optimizer)
+        names = self._selected(client, adapter)
         client.scratch[self.name] = names
+        m0 = {k: client.state.pop(k) for k in [k for k in client.state if k.startswith(self.key("M0/"))]}
         got = False
         for n in names:
             p = client.params[n]
-            for sk in self.state_keys:
+            values = {}
+            for sk in self._keys(adapter, p):
                 v = client.received.get(self.key(f"M/{n}/{sk}"))
                 if v is not None:
-                    got = True
-                    _load_state(opt, p, sk, v)
-        m0 = {k: client.state.pop(k) for k in [k for k in client.state if k.startswith(self.key("M0/"))]}
+                    values[sk] = v
+            if values:
+                got = True
+                adapter.import_state(p, values)
         if not got and m0:  # round 0 with init=grad: own gradient at X^0 as the starting momentum
             for n in names:
                 p = client.params[n]
-                kind = opt.param_kind(p) if hasattr(opt, "param_kind") else "sgd"
-                if kind != "adamw" and self.key(f"M0/{n}") in m0:
-                    _load_state(opt, p, "momentum_buffer", m0[self.key(f"M0/{n}")])
+                entries = adapter.entries(p)
+                if (entries is None or "momentum_buffer" in entries) and self.key(f"M0/{n}") in m0:
+                    adapter.import_state(p, {"momentum_buffer": m0[self.key(f"M0/{n}")]})
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        opt = client.optimizer
+        adapter = adapter_for(client.optimizer)
         out: dict[str, Msg] = {}
         for n in client.scratch.pop(self.name):
             p = client.params[n]
-            st = opt.state.get(p, {})
-            for sk in self.state_keys:
-                if sk not in st:
+            exported = adapter.export_state(p)
+            for sk in self._keys(adapter, p):
+                v = exported.get(sk)
+                if v is None:
                     continue
-                v = st[sk]
-                if not isinstance(v, Tensor) or v.ndim == 0:
-                    t = torch.tensor(float(v), dtype=torch.float64, device=p.device)
-                    out[self.key(f"M/{n}/{sk}")] = Msg(t, 1.0)
-                else:
-                    out[self.key(f"M/{n}/{sk}")] = self.codec.encode(self.key(f"M/{n}/{sk}"), v, client.state)
+                key = self.key(f"M/{n}/{sk}")
+                out[key] = Msg(v, 1.0) if v.ndim == 0 else self.codec.encode(key, v, client.state)
         return out
 
 
-def _load_state(opt: torch.optim.Optimizer, p: Tensor, key: str, v: Tensor) -> None:
-    """Write one optimizer-state entry of ``p`` (momentum buffers by value; Adam's ``step`` as its own type)."""
-    state = opt.state[p]
-    if v.ndim == 0 and key == "step":
-        from ...optim import Muon
-
-        state[key] = int(round(float(v))) if isinstance(opt, Muon) else torch.tensor(float(v))
-        return
-    if key in state and isinstance(state[key], Tensor):
-        with torch.no_grad():
-            state[key].copy_(v)
-    else:
-        state[key] = v.detach().to(device=p.device, dtype=p.dtype).clone()
+MomentumAverage = OptimizerStateAverage  # the old name, for existing configs and imports
