@@ -1,9 +1,11 @@
 """Optimizers: the Muon family (Newton–Schulz orthogonalization, the spectral LMO, Muon with an aux optimizer) and
-the state adapters through which federated parts move optimizer state."""
+SOAP and Sophia (seed 001), and the state adapters through which federated parts move optimizer state."""
 
 from .adapters import AdamAdapter, SGDAdapter, StateAdapter, adapter_for, register_adapter
 from .muon import (Muon, MuonAdapter, momentum_coeffs, momentum_update, muon_param_names, muon_update,
                    split_muon_params, update_scale)
+from .soap import SOAP, SOAPAdapter
+from .sophia import Sophia, SophiaAdapter
 from .newton_schulz import (
     NS_COEFFS,
     as_matrix,
@@ -15,6 +17,10 @@ from .newton_schulz import (
 )
 
 __all__ = [
+    "SOAP",
+    "SOAPAdapter",
+    "Sophia",
+    "SophiaAdapter",
     "AdamAdapter",
     "MuonAdapter",
     "SGDAdapter",

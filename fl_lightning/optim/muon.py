@@ -278,6 +278,10 @@ class MuonAdapter(StateAdapter):
     def entries(self, p: Tensor) -> tuple[str, ...]:
         return ("step", "exp_avg", "exp_avg_sq") if self.param_kind(p) == "adamw" else ("momentum_buffer",)
 
+    def theta(self, p: Tensor) -> tuple[str, ...]:
+        """Θ = {m} (spec 001 §4.0): the momentum of Muon (and aux-SGD) params; aux-AdamW params have none."""
+        return () if self.param_kind(p) == "adamw" else ("momentum_buffer",)
+
     def init_state(self, p: Tensor) -> dict:
         zeros = lambda: torch.zeros_like(p, memory_format=torch.preserve_format)  # noqa: E731
         if self.param_kind(p) == "adamw":

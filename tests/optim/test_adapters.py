@@ -111,7 +111,7 @@ def test_refresh_runs_after_import_with_the_imported_values():
         def init_state(self, p):
             return {"L": torch.zeros(p.shape[0], p.shape[0]), "Q": torch.eye(p.shape[0])}
 
-        def refresh(self, p):
+        def refresh(self, p, imported=()):
             st = self.opt.state[p]
             st["Q"] = torch.linalg.eigh(st["L"]).eigenvectors
 

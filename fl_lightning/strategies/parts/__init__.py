@@ -11,3 +11,7 @@ from .scaffold import ScaffoldCorrection
 from .step_order import MuonStepOrder
 
 __all__ += ["GlobalAlignment", "LMOControlVariates", "MomentumAverage", "OptimizerStateAverage", "ScaffoldCorrection", "MuonStepOrder"]
+# second-order local optimizers (seed 001)
+from .sophia_hessian import SophiaHessian
+
+__all__ += ["SophiaHessian"]
