@@ -76,3 +76,34 @@ def test_old_name_is_the_same_class():
     from fl_lightning.strategies.parts import MomentumAverage, OptimizerStateAverage
 
     assert MomentumAverage is OptimizerStateAverage
+
+
+def test_theta_moves_soap_factors_and_recomputes_eigenbases(tmp_path):
+    """state_keys=theta with SOAP (FedPAC's alignment, spec 001 §4.1): clients start round r with L, R = the mean
+    of last round's final factors and Q = eigh of those means (never averaged); M, V, step start fresh."""
+    from fl_lightning.strategies.parts import OptimizerStateAverage
+
+    strategy = build(method_config("local_soap"))
+    avg = OptimizerStateAverage(params="all", state_keys="theta")
+    avg.name = "theta"
+    spy = StateSpy()
+    spy.name = "spy"
+    strategy.parts[1:1] = [avg, spy]
+    n, s, rounds = 4, 2, 3
+    run(strategy, LossModule(MLP(), mse), FakeData(regression_batches(n), n), tmp_path,
+        num_clients=n, per_round=s, rounds=rounds, local_steps=3)
+    for r in range(1, rounds):
+        starts = [m for rr, _, m in spy.starts if rr == r]
+        prev_ends = [m for rr, _, m in spy.ends if rr == r - 1]
+        for name in ("net.l1.weight", "net.l2.weight"):
+            for entry in ("GG0", "GG1"):
+                mean = torch.stack([m[name][entry] for m in prev_ends]).mean(0)
+                for m in starts:
+                    torch.testing.assert_close(m[name][entry], mean, rtol=1e-6, atol=1e-8)
+            for m in starts:
+                assert m[name]["step"] == 0 and m[name]["exp_avg"].abs().max() == 0
+                for i in (0, 1):
+                    Q, F = m[name][f"Q{i}"], m[name][f"GG{i}"]
+                    ev = torch.diag(Q.T @ F @ Q)
+                    torch.testing.assert_close(Q @ torch.diag(ev) @ Q.T, F, rtol=1e-4, atol=1e-6)
+        assert all(m["net.l1.bias"] == {} for m in starts)  # a bias has no factor: nothing sent, a fresh state

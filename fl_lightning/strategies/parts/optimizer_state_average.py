@@ -21,7 +21,8 @@ Options:
     for every Muon-handled matrix", the AdamW state of 1-D params starts fresh every round) | ``all`` (every
     trainable param that has the state).
   * ``state_keys``: which optimizer-state entries travel, or ``all`` (every entry the adapter lists for the
-    param). ``[momentum_buffer]`` (Muon / SGD momentum) by default;
+    param), or ``theta`` (the preconditioner Θ of spec 001 §4.0 the adapter names: Muon's m, Sophia's h, SOAP's
+    L and R; FedPAC's alignment). ``[momentum_buffer]`` (Muon / SGD momentum) by default;
     seed 003's recommended default also averages the aux AdamW moments (spec 003 §3.1.5,
     ``avg_aux_optimizer_state = True``): ``[momentum_buffer, exp_avg, exp_avg_sq, step]`` (``step`` travels as a
     0-d tensor so Adam's bias correction continues; the alternative ``[momentum_buffer]`` keeps AdamW per-round).
@@ -56,11 +57,11 @@ class OptimizerStateAverage(Part):
         if codec is not None and (isinstance(codec, (str, bytes)) or not hasattr(codec, "encode")):
             raise ConfigError("codec", f"expected a codec, got {codec!r}",
                               "give a _target_ such as fl_lightning.codecs.LowRankSVD (or null for dense)")
-        if isinstance(state_keys, str) and state_keys != "all" or not state_keys:
-            raise ConfigError("state_keys", f"expected a list of optimizer-state entries or 'all', got {state_keys!r}",
-                              "e.g. [momentum_buffer] or [exp_avg, exp_avg_sq, step]")
+        if isinstance(state_keys, str) and state_keys not in ("all", "theta") or not state_keys:
+            raise ConfigError("state_keys", f"expected a list of optimizer-state entries, 'all' or 'theta', got "
+                              f"{state_keys!r}", "e.g. [momentum_buffer], [exp_avg, exp_avg_sq, step], all or theta")
         self.params, self.init = params, init
-        self.state_keys = "all" if state_keys == "all" else tuple(state_keys)
+        self.state_keys = state_keys if state_keys in ("all", "theta") else tuple(state_keys)
         self.codec = codec if codec is not None else Dense()
         self.Mbar: dict[str, Tensor] = {}
 
@@ -102,6 +103,12 @@ class OptimizerStateAverage(Part):
         return names
 
     def _keys(self, adapter, p: Tensor) -> tuple[str, ...]:
+        if self.state_keys == "theta":
+            theta = adapter.theta(p)
+            if theta is None:
+                raise self.error("state_keys", f"{type(adapter.opt).__name__} names no preconditioner state (theta)",
+                                 "list the entries to average, e.g. [exp_avg_sq], or use Muon, Sophia or SOAP")
+            return tuple(theta)
         if self.state_keys != "all":
             return self.state_keys
         entries = adapter.entries(p)
