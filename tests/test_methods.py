@@ -20,7 +20,8 @@ EXPERIMENTS = sorted(os.path.basename(f)[:-5] for f in glob.glob(os.path.join(CO
 # the yaml lrs are tuned for the digits CNN; this tiny MLP regression wants larger steps for some of them
 LEARN_LR = {"local_muon": ["method.lr=0.05"], "fedmuon_bc": ["method.lr=0.05"], "scaffold_adam": ["method.lr=0.01"],
             "fedavg_adam": ["method.lr=0.01"], "local_adamw": ["method.lr=0.01"], "local_soap": ["method.lr=0.01"],
-            "local_sophia": ["method.lr=0.01"]}
+            "local_sophia": ["method.lr=0.01"],
+            "fedpac_soap": ["method.lr=0.01"], "fedpac_sophia": ["method.lr=0.01"]}
 
 
 def test_every_method_is_covered():
@@ -89,8 +90,16 @@ def _sizes(cfg) -> dict[str, float]:
         rows, cols = p.shape[0], math.prod(p.shape[1:])
         r = svd_rank(rows, cols, cfg.method.get("svd_mode", "storage_frac"), float(cfg.method.get("svd_frac", 0.05)))
         m_svd += (rows * r + r + r * cols) * 4
+    # SOAP's Kronecker factors (seed 001's Θ = {L, R}): one n×n factor per dimension of every ndim >= 2 param,
+    # dense (LR) or as rank-r SVD factors of each (LR_svd)
+    factors = [n for p in mats for n in p.shape]
+    lr_svd = 0
+    for n in factors:
+        r = svd_rank(n, n, cfg.method.get("svd_mode", "storage_frac"), float(cfg.method.get("svd_frac", 0.05)))
+        lr_svd += (2 * n * r + r) * 4
     return {"P": sum(p.numel() * 4 for p in ps), "M": sum(p.numel() * 4 for p in mats), "M_svd": m_svd,
-            "V": sum(p.numel() * 4 for p in vecs), "nV": len(vecs)}
+            "V": sum(p.numel() * 4 for p in vecs), "nV": len(vecs), "LR": sum(n * n * 4 for n in factors),
+            "LR_svd": lr_svd}
 
 
 def _declared(cfg, direction: str, rounds: int, per_round: int) -> int:
