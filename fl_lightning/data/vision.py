@@ -1,9 +1,14 @@
-"""torchvision image datasets read from a local root (no download): CIFAR-10/100, FashionMNIST, MNIST.
+"""torchvision image datasets read from a local root: CIFAR-10/100, FashionMNIST, MNIST.
 
 Each public function is a dataset builder (``_target_`` of ``conf/data/<name>.yaml``) returning
 ``(train, test, DataInfo)``. Images are held as uint8 tensors; augmentation and normalization run batched (see
 ``augment.py``). A missing dataset is a one-line :class:`ConfigError` on ``root`` that names the directory
-torchvision expects and how to fill it.
+torchvision expects and how to fill it. Nothing is downloaded unless ``download: true`` is given (an explicit
+opt-in, off in every yaml; a run never needs it offline).
+
+``normalize`` (the colour sets): ``dataset`` (the dataset's own per-channel mean/std, the default), ``imagenet``
+(ImageNet's, for pretrained weights such as ``model=swin_t``) or ``{mean: [...], std: [...]}`` (a paper's own
+figures, e.g. seed 004's CIFAR std (0.2023, 0.1994, 0.2010)).
 """
 from __future__ import annotations
 
@@ -34,35 +39,63 @@ _FASHION_MNIST = _Spec("FashionMNIST", (0.2860,), (0.3530,), 10, "FashionMNIST/r
 _MNIST = _Spec("MNIST", (0.1307,), (0.3081,), 10, "MNIST/raw", False)
 
 
-def cifar10(root: str, augment: bool | None = None) -> tuple[TensorSet, TensorSet, DataInfo]:
+IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+
+def cifar10(root: str, augment: bool | None = None, normalize="dataset", download: bool = False):
     """CIFAR-10 (Krizhevsky 2009): 50,000 / 10,000 32x32 colour images, 10 classes; crop + flip by default."""
-    return _load(_CIFAR10, root, augment)
+    return _load(_CIFAR10, root, augment, normalize, download)
 
 
-def cifar100(root: str, augment: bool | None = None) -> tuple[TensorSet, TensorSet, DataInfo]:
+def cifar100(root: str, augment: bool | None = None, normalize="dataset", download: bool = False):
     """CIFAR-100 (Krizhevsky 2009): 50,000 / 10,000 32x32 colour images, 100 fine classes; crop + flip by default."""
-    return _load(_CIFAR100, root, augment)
+    return _load(_CIFAR100, root, augment, normalize, download)
 
 
-def fashion_mnist(root: str, augment: bool | None = None) -> tuple[TensorSet, TensorSet, DataInfo]:
+def fashion_mnist(root: str, augment: bool | None = None, download: bool = False):
     """Fashion-MNIST (Xiao et al. 2017): 60,000 / 10,000 28x28 grey images, 10 classes; no augmentation by default."""
-    return _load(_FASHION_MNIST, root, augment)
+    return _load(_FASHION_MNIST, root, augment, "dataset", download)
 
 
-def mnist(root: str, augment: bool | None = None) -> tuple[TensorSet, TensorSet, DataInfo]:
+def mnist(root: str, augment: bool | None = None, download: bool = False):
     """MNIST (LeCun et al. 1998): 60,000 / 10,000 28x28 grey images, 10 classes; no augmentation by default."""
-    return _load(_MNIST, root, augment)
+    return _load(_MNIST, root, augment, "dataset", download)
+
+
+def mean_std(normalize, own: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
+    """``normalize`` (dataset | imagenet | {mean, std}) as (mean, std) tuples for ``len(own[0])`` channels."""
+    c = len(own[0])
+    if normalize == "dataset":
+        return own
+    if normalize == "imagenet" and c == 3:
+        return IMAGENET_MEAN_STD
+    try:
+        mean, std = (tuple(float(v) for v in normalize[k]) for k in ("mean", "std"))
+        ok = len(mean) == len(std) == c and all(v > 0 for v in std)
+    except (TypeError, KeyError, ValueError, IndexError):
+        ok = False
+    if not ok:
+        raise ConfigError("normalize", f"must be dataset, imagenet (3 channels) or {{mean: [{c} floats], std: [{c} "
+                          f"positive floats]}}, got {normalize!r}", "use dataset (the default)")
+    return mean, std
 
 
 def _one_line(err: Exception) -> str:
     return " ".join(str(err).split())
 
 
-def _load(spec: _Spec, root: str, augment: bool | None) -> tuple[TensorSet, TensorSet, DataInfo]:
-    import torchvision.datasets as tvd
-
+def check_augment(augment) -> None:
     if augment is not None and not isinstance(augment, bool):
         raise ConfigError("augment", f"must be true, false or null, got {augment!r}", "null uses the dataset's default")
+
+
+def _load(spec: _Spec, root: str, augment: bool | None, normalize="dataset", download: bool = False):
+    import torchvision.datasets as tvd
+
+    check_augment(augment)
+    if not isinstance(download, bool):
+        raise ConfigError("download", f"must be true or false, got {download!r}", "leave it false (the files are read from root)")
+    mean, std = mean_std(normalize, (spec.mean, spec.std))
     root = os.path.expanduser(str(root))
     cls = getattr(tvd, spec.cls_name)
     if hasattr(cls, "train_list"):  # CIFAR: check the files by presence, not by the official archive's md5
@@ -70,13 +103,16 @@ def _load(spec: _Spec, root: str, augment: bool | None) -> tuple[TensorSet, Tens
                                            "test_list": [[f, None] for f, _ in cls.test_list],
                                            "meta": {**cls.meta, "md5": None}})
     try:
-        train, test = cls(root, train=True, download=False), cls(root, train=False, download=False)
+        train, test = cls(root, train=True, download=download), cls(root, train=False, download=download)
     except RuntimeError as err:
         raise ConfigError(
             "root", f"{spec.cls_name} not found under {root!r} (torchvision looks for "
                     f"{os.path.join(root, spec.folder)}) ({_one_line(err)})",
             f"download it on a connected machine with torchvision.datasets.{spec.cls_name}(root, download=True) and copy "
-            f"the folder there, or point root at the directory that holds it") from None
+            f"the folder there, point root at the directory that holds it, or opt in to data.download=true") from None
+    except (OSError if download else ()) as err:  # download=true without a network (URLError is an OSError)
+        raise ConfigError("download", f"could not download {spec.cls_name} into {root!r} ({_one_line(err)})",
+                          "download on a connected machine and copy the folder, then set data.download=false") from None
     except Exception as err:  # present but unreadable: say which files and what format is expected
         raise ConfigError(
             "root", f"could not read {spec.cls_name} from {os.path.join(root, spec.folder)} ({type(err).__name__}: {_one_line(err)})",
@@ -86,7 +122,7 @@ def _load(spec: _Spec, root: str, augment: bool | None) -> tuple[TensorSet, Tens
         x = torch.as_tensor(np.asarray(ds.data))
         x = x.permute(0, 3, 1, 2).contiguous() if x.ndim == 4 else x.unsqueeze(1)  # NHWC -> NCHW; NHW -> N1HW
         y = torch.as_tensor(np.asarray(ds.targets), dtype=torch.long)
-        return TensorSet({"x": x, "y": y}, ImageTransform(spec.mean, spec.std, aug))
+        return TensorSet({"x": x, "y": y}, ImageTransform(mean, std, aug))
 
     aug = spec.augment if augment is None else augment
     tr, te = to_set(train, aug), to_set(test, False)

@@ -1,0 +1,172 @@
+"""Swin Transformer (Liu et al., "Swin Transformer: Hierarchical Vision Transformer using Shifted Windows", ICCV 2021,
+arXiv 2103.14030) as seed 004 fine-tunes it (Table 3; spec 004 §4.2, AMBIG-13): timm's ``SwinTransformer``, Swin-T
+(patch 4, window 7, 224x224, embed 96, depths 2-2-6-2, heads 3-6-12-24; 27,596,254 parameters with 100 classes, the
+27.6 M of the issue), ImageNet weights read from a **local file** (``pretrained_path``; nothing is fetched), a fresh
+head for the dataset's classes, and optionally LoRA (Hu et al., ICLR 2022, arXiv 2106.09685) through ``peft``:
+r 16, alpha 32, dropout 0.05 on ``attn.qkv`` and ``attn.proj`` (the authors' ``--lora 1``); then only the LoRA
+factors and the head are trainable, so only they are trained, communicated and averaged (the frozen backbone stays
+put on every client).
+
+``pretrained_path`` takes the official Microsoft checkpoint (``swin_tiny_patch4_window7_224.pth``, the authors'
+default, ``{"model": state_dict}``) or timm's ``model.safetensors``; timm's ``checkpoint_filter_fn`` maps the
+official layout. The head and the non-persistent buffers are not loaded; any other missing or unexpected tensor is a
+one-line error.
+
+Inputs are resized inside the network to ``img_size`` (224 for the pretrained model; ``auto`` = the data's side),
+as the authors' loaders do: ``resize: bilinear`` resizes every batch to ``img_size`` (their Tiny-ImageNet
+``Resize((224, 224))``; also their CIFAR test transform); ``resize: resize_crop`` resizes training batches to
+``img_size * 256/224`` and centre-crops ``img_size`` (their CIFAR train ``Resize(256) + CenterCrop(224)``),
+evaluation batches plainly. Per-channel normalisation commutes with bilinear resizing, so normalising at the data's
+size first (``data.normalize: imagenet`` for pretrained weights) is the same as normalising after.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..data.info import DataInfo
+from ..errors import ConfigError
+from ._args import image_shape, positive_ints
+from .vit import _choice, _fraction
+
+RESIZES = ("bilinear", "resize_crop")
+WEIGHTS_HINT = ("swin_tiny_patch4_window7_224.pth from github.com/microsoft/Swin-Transformer (release v1.0.0) or "
+                "timm's swin_tiny_patch4_window7_224.ms_in1k model.safetensors")
+
+
+class ResizedSwin(nn.Module):
+    """``swin`` applied to inputs resized to ``size`` (see the module docstring)."""
+
+    def __init__(self, swin: nn.Module, size: int | None, mode: str = "bilinear"):
+        super().__init__()
+        self.swin, self.size, self.mode = swin, size, mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.size is not None and tuple(x.shape[-2:]) != (self.size, self.size):
+            if self.mode == "resize_crop" and self.training:
+                big = self.size * 256 // 224
+                x = F.interpolate(x, size=(big, big), mode="bilinear", align_corners=False)
+                o = (big - self.size) // 2
+                x = x[..., o : o + self.size, o : o + self.size]
+            else:
+                x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", align_corners=False)
+        return self.swin(x)
+
+
+def _read_state(path: str) -> dict[str, Tensor]:
+    try:
+        if path.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            return load_file(path)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the user's to fix
+        raise ConfigError("pretrained_path", f"cannot read {path} ({type(err).__name__}: {' '.join(str(err).split())[:200]})",
+                          f"give a torch checkpoint (.pth) or a .safetensors file: {WEIGHTS_HINT}") from None
+    for key in ("model", "state_dict"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise ConfigError("pretrained_path", f"{path} holds no state dict of tensors", f"use {WEIGHTS_HINT}")
+    return state
+
+
+def load_pretrained(swin: nn.Module, path: str) -> None:
+    """Backbone weights from ``path`` into ``swin`` (the head stays freshly initialised)."""
+    from timm.models.swin_transformer import checkpoint_filter_fn
+
+    path = os.path.expanduser(str(path))
+    if not os.path.isfile(path):
+        raise ConfigError("pretrained_path", f"no weights file at {path}",
+                          f"put {WEIGHTS_HINT} there (download it on a connected machine), point pretrained_path at "
+                          f"it, or set it to null to train from scratch")
+    raw, own = _read_state(path), swin.state_dict()
+    # timm's filter would silently resample a patch embedding or position-bias table of another size: refuse instead
+    wrong = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in raw.items()
+             if k in own and v.shape != own[k].shape and not k.startswith("head.")]
+    state = {} if wrong else checkpoint_filter_fn(raw, swin)
+    state = {k: v for k, v in state.items() if not k.startswith("head.")}
+    wrong += [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items() if k in own and v.shape != own[k].shape]
+    missing = [k for k in own if k not in state and not k.startswith("head.") and "relative_position_index" not in k
+               and "attn_mask" not in k]
+    unexpected = [k for k in state if k not in own]
+    if wrong or missing or unexpected:
+        what = (f"shapes differ ({', '.join(wrong[:2])})" if wrong else
+                f"missing {len(missing)} tensors ({', '.join(missing[:2])})" if missing else
+                f"{len(unexpected)} unexpected tensors ({', '.join(unexpected[:2])})")
+        raise ConfigError("pretrained_path", f"{path} does not fit this Swin: {what}",
+                          "use the weights of the same variant (embed_dim, depths, num_heads, window_size, patch_size)")
+    swin.load_state_dict(state, strict=False)
+
+
+def add_lora(swin: nn.Module, r: int, alpha: float, dropout: float, targets) -> None:
+    """LoRA adapters (peft, injected in place) on ``targets``; freeze everything but the adapters and the head."""
+    try:
+        from peft import LoraConfig, inject_adapter_in_model
+    except ImportError:
+        raise ConfigError("lora", "needs the peft package", "python3 -m pip install peft (or the [vision] extra)") from None
+    cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, bias="none", target_modules=list(targets))
+    try:
+        inject_adapter_in_model(cfg, swin)
+    except ValueError as err:
+        raise ConfigError("lora_targets", " ".join(str(err).split())[:200], "use [attn.qkv, attn.proj]") from None
+    for name, p in swin.named_parameters():
+        p.requires_grad_("lora_" in name or name.startswith("head."))
+
+
+def swin(info: DataInfo, embed_dim: int = 96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24), window_size: int = 7,
+         patch_size="auto", img_size=224, resize: str = "bilinear", mlp_ratio: float = 4.0, drop_path: float = 0.1,
+         pretrained_path: str | None = None, lora: bool = False, lora_r: int = 16, lora_alpha: float = 32,
+         lora_dropout: float = 0.05, lora_targets=("attn.qkv", "attn.proj")) -> ResizedSwin:
+    """Swin for ``info``'s images; defaults = Swin-T at 224 (see the module docstring). ``patch_size: auto`` is 4 at
+    sides >= 32 (after resizing), else 2; ``img_size: auto`` keeps the data's side."""
+    from timm.models.swin_transformer import SwinTransformer
+
+    c, side = image_shape(info, "swin", min_side=2)
+    (embed_dim,) = positive_ints(embed_dim, "embed_dim", 1, "96")
+    depths = positive_ints(depths, "depths", None, "[2, 2, 6, 2]")
+    num_heads = positive_ints(num_heads, "num_heads", len(depths), f"one head count per stage, e.g. {[3, 6, 12, 24][:len(depths)]}")
+    bad = [(i, h) for i, h in enumerate(num_heads) if (embed_dim * 2 ** i) % h]
+    if bad:
+        raise ConfigError("num_heads", f"stage {bad[0][0]} has {embed_dim * 2 ** bad[0][0]} channels, not divisible by "
+                          f"{bad[0][1]} heads", "use heads that divide embed_dim * 2^stage, e.g. [3, 6, 12, 24] with 96")
+    (window_size,) = positive_ints(window_size, "window_size", 1, "7")
+    size = side if img_size == "auto" else positive_ints(img_size, "img_size", 1, "224 or auto")[0]
+    p = (4 if size >= 32 else 2) if patch_size == "auto" else positive_ints(patch_size, "patch_size", 1, "auto or 4")[0]
+    tokens = size // p
+    if size % p or tokens % 2 ** (len(depths) - 1):
+        raise ConfigError("img_size", f"{size} px with patch {p} gives {size / p:g} tokens per side, which "
+                          f"{len(depths) - 1} patch mergings cannot halve evenly",
+                          f"use an img_size divisible by {p * 2 ** (len(depths) - 1)} (224 for Swin-T)")
+    resize = _choice(resize, "resize", RESIZES)
+    drop_path = _fraction(drop_path, "drop_path", "use 0.1 (Swin-T's)")
+    try:
+        mlp_ratio = float(mlp_ratio)
+    except (TypeError, ValueError):
+        mlp_ratio = -1.0
+    if mlp_ratio <= 0:
+        raise ConfigError("mlp_ratio", f"must be > 0, got {mlp_ratio!r}", "use 4")
+    if not isinstance(lora, bool):
+        raise ConfigError("lora", f"must be true or false, got {lora!r}", "use false (full fine-tuning) or true")
+
+    net = SwinTransformer(img_size=size, patch_size=p, in_chans=c, num_classes=info.num_classes, embed_dim=embed_dim,
+                          depths=depths, num_heads=num_heads, window_size=window_size, mlp_ratio=mlp_ratio,
+                          drop_path_rate=drop_path)
+    if pretrained_path:
+        load_pretrained(net, pretrained_path)
+    if lora:
+        (lora_r,) = positive_ints(lora_r, "lora_r", 1, "16")
+        try:
+            lora_alpha = float(lora_alpha)
+        except (TypeError, ValueError):
+            lora_alpha = -1.0
+        if lora_alpha <= 0:
+            raise ConfigError("lora_alpha", "must be > 0", "use 32 (2 r)")
+        targets = [lora_targets] if isinstance(lora_targets, str) else list(lora_targets or [])
+        if not targets:
+            raise ConfigError("lora_targets", "is empty", "use [attn.qkv, attn.proj]")
+        add_lora(net, lora_r, lora_alpha, _fraction(lora_dropout, "lora_dropout", "use 0.05"), targets)
+    return ResizedSwin(net, None if size == side else size, resize)
