@@ -21,7 +21,9 @@ EXPERIMENTS = sorted(os.path.basename(f)[:-5] for f in glob.glob(os.path.join(CO
 LEARN_LR = {"local_muon": ["method.lr=0.05"], "fedmuon_bc": ["method.lr=0.05"], "scaffold_adam": ["method.lr=0.01"],
             "fedavg_adam": ["method.lr=0.01"], "local_adamw": ["method.lr=0.01"], "local_soap": ["method.lr=0.01"],
             "local_sophia": ["method.lr=0.01"],
-            "fedpac_soap": ["method.lr=0.01"], "fedpac_sophia": ["method.lr=0.01"]}
+            "fedpac_soap": ["method.lr=0.01"], "fedpac_sophia": ["method.lr=0.01"],
+            "fedpac_soap_light": ["method.lr=0.01"], "fedpac_sophia_light": ["method.lr=0.01"],
+            "fedpac_soap_align_only": ["method.lr=0.01"], "fedpac_soap_correct_only": ["method.lr=0.01"]}
 
 
 def test_every_method_is_covered():
@@ -124,6 +126,8 @@ def test_bytes_are_what_the_yaml_declares(tmp_path, name):
     ("fedmuon_svd", ["method.svd_mode=storage_frac", "method.svd_frac=0.5"]),
     ("fedmuon_svd", ["method.svd_mode=rank_frac", "method.svd_frac=0.4"]),
     ("fedmuon_svd", ["method.svd_mode=rank_frac", "method.svd_frac=1.0"]),
+    ("fedpac_soap_light", ["method.svd_frac=0.6"]),
+    ("fedpac_sophia_light", ["method.svd_frac=0.6"]),
 ])
 def test_bytes_follow_the_options(tmp_path, name, overrides):
     cfg = method_config(name, overrides)

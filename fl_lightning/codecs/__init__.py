@@ -1,8 +1,9 @@
 """Codecs for uploads and broadcasts (one file each): what the receiver rebuilds and the exact bits that travel."""
 from .base import Codec, Dense, dense_bits
+from .clamp import Clamp
 from .error_feedback import ErrorFeedback
 from .lowrank import LowRankSVD
 from .sign import Sign
 from .topk import TopK
 
-__all__ = ["Codec", "Dense", "ErrorFeedback", "LowRankSVD", "Sign", "TopK", "dense_bits"]
+__all__ = ["Clamp", "Codec", "Dense", "ErrorFeedback", "LowRankSVD", "Sign", "TopK", "dense_bits"]

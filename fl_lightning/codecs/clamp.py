@@ -1,0 +1,32 @@
+"""Clamp: a codec wrapper that clamps what the receiver rebuilds to [min, max] (the inner codec's bits, unchanged).
+
+FedPAC_Sophia_light (seed 001 §3.6, Table 11; spec 001 §10 item 16) uploads Sophia's Hessian-diagonal EMA h as a
+truncated SVD; a low-rank reconstruction of a non-negative matrix can have negative entries, and a negative h
+would turn Sophia's m / max(γh, ε) around. ``Clamp(LowRankSVD(...), min=0)`` rebuilds max(Û, 0). This clamp is
+our choice, not the paper's (the paper does not say how h is compressed). Nothing extra travels: the receiver
+clamps its own reconstruction, so ``Msg.nbits`` is the inner codec's.
+"""
+from __future__ import annotations
+
+from torch import Tensor
+
+from ..errors import ConfigError
+from ..strategies.base import Msg
+
+
+class Clamp:
+    def __init__(self, inner, min: float | None = 0.0, max: float | None = None):  # noqa: A002 (torch's names)
+        if inner is None or isinstance(inner, (str, bytes)) or not hasattr(inner, "encode"):
+            raise ConfigError("inner", f"expected a codec, got {inner!r}",
+                              "give a _target_ such as fl_lightning.codecs.LowRankSVD")
+        if min is None and max is None:
+            raise ConfigError("min", "neither min nor max is set", "set min (e.g. 0.0) and/or max")
+        if min is not None and max is not None and float(min) > float(max):
+            raise ConfigError("min", f"min {min} > max {max}", "give min <= max")
+        self.inner = inner
+        self.min = None if min is None else float(min)
+        self.max = None if max is None else float(max)
+
+    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None) -> Msg:
+        msg = self.inner.encode(key, tensor, state)
+        return Msg(msg.tensor.clamp(min=self.min, max=self.max), weight=msg.weight, nbits=msg.bits(), to=msg.to)
