@@ -52,6 +52,18 @@ def write_idx(root, folder="FashionMNIST", n_train=80, n_test=30):
     ("fedmuon_avg_cifar10", lambda r: write_cifar(r, 10), ["model.net.width=8"]),                  # iid
     ("fedmuon_cifar100", lambda r: write_cifar(r, 100), ["model.net.width=8", "fl.eval_every=1"]),  # dirichlet_per_client
     ("fedmuon_bc_fmnist", write_idx, ["data.partition.min_size=1"]),                               # dirichlet
+    # issue 8's vision settings, shrunk (fp32 Newton-Schulz: bf16 matmuls are emulated on most CPUs)
+    pytest.param("fedmuon_bc_cifar10", lambda r: write_cifar(r, 10), ["model.net.width=8", "data.partition.min_size=1"],
+                 marks=pytest.mark.slow),
+    pytest.param("fedmuon_vit_tiny_cifar100", lambda r: write_cifar(r, 100),
+                 ["model.net.depth=1", "method.ns_dtype=null"], marks=pytest.mark.slow),
+    pytest.param("fedmuon_swin_cifar100", lambda r: write_cifar(r, 100),
+                 ["model.net.pretrained_path=null", "model.net.embed_dim=48", "model.net.depths=[2]",
+                  "model.net.num_heads=[3]", "model.net.window_size=4", "model.net.img_size=32",
+                  "method.ns_dtype=null", "data.batch_size=4"], marks=pytest.mark.slow),
+    pytest.param("fedpac_cifar100", lambda r: write_cifar(r, 100), ["model.net.width=8"], marks=pytest.mark.slow),
+    pytest.param("fedpac_vit_tiny_cifar100", lambda r: write_cifar(r, 100), ["model.net.depth=1"],
+                 marks=pytest.mark.slow),
 ])
 def test_experiment_runs_on_tiny_real_format_data(experiment, writer, extra, tmp_path):
     root = tmp_path / "data"

@@ -104,3 +104,20 @@ def test_normalize_options(tmp_path):
     assert test.transform.mean.flatten().tolist() == pytest.approx(list(IMAGENET_MEAN_STD[0]))
     _, test, _ = tiny_imagenet(str(tmp_path), normalize={"mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]})
     assert test.transform.std.flatten().tolist() == [0.25] * 3
+
+
+@pytest.mark.slow
+def test_swin_experiment_on_a_tiny_imagenet_folder(tmp_path):
+    """Seed 004 Table 3's Tiny-ImageNet setting, shrunk: local weights file, fresh head, inputs resized in the net."""
+    from tests.test_vision_models import _tiny_weights
+
+    write_tiny_imagenet(str(tmp_path / "data"))
+    f = tmp_path / "w.pth"
+    _tiny_weights(str(f))
+    run = tmp_path / "run"
+    small = [o for o in SMALL[1:] if not o.startswith("data.partition.min_size")]  # dirichlet_per_client has none
+    p = run_cli(["experiment=fedmuon_swin_tiny_imagenet", *small, f"data.root={tmp_path / 'data'}",
+                 "model=swin_micro", f"model.net.pretrained_path={f}", "model.net.img_size=32", "model.net.lora=true",
+                 "method.ns_dtype=null", f"hydra.run.dir={run}"])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert len((run / "metrics.csv").read_text().splitlines()) == 3
