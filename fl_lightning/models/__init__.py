@@ -2,8 +2,8 @@
 
 ``conf/model/<name>.yaml`` is one node: its ``_target_`` is the wrapper (``ClassifierModule`` for every model of
 the seeds; a sequence classifier or causal-LM wrapper is another target) and ``net`` is a network builder
-``fn(info, **args) -> nn.Module`` with ``_partial_: true`` (``cnn.small_cnn``, ``resnet_gn.resnet18_gn``, ...),
-which the wrapper calls with the dataset's :class:`~fl_lightning.data.info.DataInfo`. A wrapper provides
+``fn(info, **args) -> nn.Module`` with ``_partial_: true`` (``cnn.small_cnn``, ``resnet.resnet18``,
+``vit.vit_tiny``, ...), which the wrapper calls with the dataset's :class:`~fl_lightning.data.info.DataInfo`. A wrapper provides
 ``training_step(batch)``, ``validation_step(batch)``, ``compute_eval() -> dict`` and
 ``primary_metric = (key of compute_eval, "max" | "min")``.
 """
