@@ -12,6 +12,7 @@ from .step_order import MuonStepOrder
 
 __all__ += ["GlobalAlignment", "LMOControlVariates", "MomentumAverage", "OptimizerStateAverage", "ScaffoldCorrection", "MuonStepOrder"]
 # second-order local optimizers (seed 001)
+from .preconditioner_drift import PreconditionerDrift
 from .sophia_hessian import SophiaHessian
 
-__all__ += ["SophiaHessian"]
+__all__ += ["PreconditionerDrift", "SophiaHessian"]
