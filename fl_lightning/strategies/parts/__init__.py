@@ -12,7 +12,8 @@ from .step_order import MuonStepOrder
 
 __all__ += ["GlobalAlignment", "LMOControlVariates", "MomentumAverage", "OptimizerStateAverage", "ScaffoldCorrection", "MuonStepOrder"]
 # second-order local optimizers (seed 001)
+from .preconditioned_mixing import PreconditionedMixing
 from .preconditioner_drift import PreconditionerDrift
 from .sophia_hessian import SophiaHessian
 
-__all__ += ["PreconditionerDrift", "SophiaHessian"]
+__all__ += ["PreconditionedMixing", "PreconditionerDrift", "SophiaHessian"]

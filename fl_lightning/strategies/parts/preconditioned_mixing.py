@@ -1,0 +1,73 @@
+"""PreconditionedMixing: the server mixes the client models through their diagonal preconditioners (FedPM).
+
+FedPM (Ishii et al. 2025, arXiv 2511.09100; a baseline of seed 001, spec 001 §5.6 [E]): instead of the plain mean,
+
+    x^{r+1} = (Σ_i P_i)^{-1} Σ_i P_i x_i^{r,K}
+
+with P_i = diag(h_i), h_i the client's final diagonal curvature (Sophia's Hessian EMA, the entry its state adapter
+names as Θ; ``state_keys``), i.e. an element-wise h-weighted average of the client models. Damped as
+P_i = diag(h_i + λ) (``damping`` λ > 0; our choice, the spec does not give one): a coordinate where every client's
+h is 0 gets the plain mean, and λ → ∞ is FedAvg. Written on deltas, which is the same mixing:
+
+    x^{r+1} = x^r + Σ_i (h_i + λ) ⊙ (x_i − x^r) / (Σ_i h_i + S·λ)
+
+Uplink per client: (h_i + λ) ⊙ (x_i − x^r) and h_i (2 model sizes); tensors the optimizer keeps no h for (float
+buffers such as BN statistics) travel as x_i − x^r and take the plain mean. Use it in place of ModelAverage, with
+the local optimizer's ``state: reset`` (the h of the finished round).
+"""
+from __future__ import annotations
+
+from ...errors import ConfigError
+from ...optim.adapters import adapter_for
+from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+
+
+class PreconditionedMixing(Part):
+    def __init__(self, state_keys="theta", damping: float = 1e-8):
+        if isinstance(state_keys, str) and state_keys != "theta" or not state_keys:
+            raise ConfigError("state_keys", f"expected 'theta' or a one-entry list, got {state_keys!r}",
+                              "use theta (Sophia's hessian) or e.g. [exp_avg_sq]")
+        if not isinstance(state_keys, str) and len(state_keys) != 1:
+            raise ConfigError("state_keys", f"one diagonal preconditioner entry expected, got {list(state_keys)}",
+                              "name one entry, e.g. [hessian]")
+        if not float(damping) > 0:
+            raise ConfigError("damping", f"must be > 0, got {damping}", "use e.g. 1e-8")
+        self.state_keys, self.damping = state_keys, float(damping)
+
+    def setup(self, server: ServerContext) -> None:
+        self.server = server
+
+    def _entry(self, adapter, p) -> str | None:
+        if self.state_keys != "theta":
+            return self.state_keys[0]
+        theta = adapter.theta(p)
+        if theta is None or len(theta) > 1:
+            raise self.error("state_keys", f"{type(adapter.opt).__name__} names no single diagonal preconditioner "
+                             f"(theta = {theta})", "use the Sophia local optimizer or name the entry, e.g. [exp_avg_sq]")
+        return theta[0] if theta else None
+
+    def client_end(self, client: ClientContext) -> dict[str, Msg]:
+        adapter = adapter_for(client.optimizer)
+        out: dict[str, Msg] = {}
+        for n, x in client.global_params.items():
+            delta = client.local[n].detach() - x
+            p = client.params.get(n)
+            entry = self._entry(adapter, p) if p is not None else None
+            h = adapter.export_state(p).get(entry) if entry is not None else None
+            if h is None or h.shape != delta.shape:
+                out[self.key(f"x/{n}")] = Msg(delta)
+                continue
+            h = h.detach().to(delta.dtype)
+            out[self.key(f"hx/{n}")] = Msg((h + self.damping) * delta)
+            out[self.key(f"h/{n}")] = Msg(h)
+        return out
+
+    def server_update(self, round_idx: int, agg: Aggregate) -> None:
+        for n, x in self.server.global_params.items():
+            k = self.key(f"hx/{n}")
+            if k in agg.sums:
+                s = agg.weights[k]  # the number of clients that sent it (weights are 1)
+                step = agg.sum(k) / (agg.sum(self.key(f"h/{n}")) + s * self.damping)
+            else:
+                step = agg.mean(self.key(f"x/{n}"))
+            x.add_(step.to(x.dtype))
