@@ -24,7 +24,7 @@ LEARN_LR = {"local_muon": ["method.lr=0.05"], "fedmuon_bc": ["method.lr=0.05"], 
             "fedpac_soap": ["method.lr=0.01"], "fedpac_sophia": ["method.lr=0.01"],
             "fedpac_soap_light": ["method.lr=0.01"], "fedpac_sophia_light": ["method.lr=0.01"],
             "fedpac_soap_align_only": ["method.lr=0.01"], "fedpac_soap_correct_only": ["method.lr=0.01"],
-            "fedpm": ["method.lr=0.01"]}
+            "fedpm": ["method.lr=0.01"], "fed_sophia": ["method.lr=0.01"]}
 
 
 def test_every_method_is_covered():

@@ -70,6 +70,13 @@ class LossModule(nn.Module):
     def training_step(self, batch, batch_idx=0):
         return self.loss_fn(self.net, batch)
 
+    def sampled_label_loss(self, batch, generator=None):
+        """Sophia-GNB's loss against targets drawn from the model's own predictive distribution; for the ``mse``
+        loss that is N(f(x), I): ŷ = f(x) + z."""
+        out = self.net(batch["x"])
+        z = torch.randn(out.shape, generator=generator, dtype=out.dtype).to(out.device)
+        return 0.5 * ((out - (out.detach() + z)) ** 2).sum(-1).mean()
+
     def validation_step(self, batch, batch_idx=0):
         loss = self.loss_fn(self.net, batch)
         self._losses.append(float(loss))
