@@ -4,7 +4,7 @@ import sys
 
 import hydra
 
-from fl_lightning.cli import check_groups, run
+from fl_lightning.cli import check_groups, check_resume, run
 
 CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 
@@ -16,4 +16,5 @@ def main(cfg):
 
 if __name__ == "__main__":
     check_groups(sys.argv[1:], CONF)
+    check_resume(sys.argv[1:])
     main()

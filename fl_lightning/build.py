@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -23,7 +24,8 @@ log = logging.getLogger("fl_lightning")
 
 # keys that do not change results: where output goes, how it is shown, how often it is saved, how it is resumed,
 # and the process count (which changes only the float summation order)
-_NOT_RESULT = {"resume", "force_resume", "stop_after_rounds", "run_dir", "checkpoint", "store", "hydra", "progress"}
+_NOT_RESULT = {"resume", "force_resume", "stop_after_rounds", "overwrite", "run_dir", "checkpoint", "store", "hydra",
+               "progress"}
 _NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "loggers"}
 
 
@@ -64,21 +66,44 @@ def validate(cfg: DictConfig) -> None:
              "pass the run directory printed by the stopped run (it holds checkpoints/)")
 
 
-def config_hash(cfg: DictConfig) -> str:
+def _result_view(cfg: DictConfig) -> dict:
+    """The part of the config that changes results (what a resumed run must share with the one it continues)."""
     c = OmegaConf.to_container(cfg, resolve=True)
     c = {k: v for k, v in c.items() if k not in _NOT_RESULT}
     c["trainer"] = {k: v for k, v in c.get("trainer", {}).items() if k not in _NOT_RESULT_TRAINER}
     if c.get("fl", {}).get("lr_schedule", "constant") == "constant":  # R matters only through the schedule
         c["fl"] = {k: v for k, v in c["fl"].items() if k != "rounds"}
     c.get("fl", {}).pop("eval_every", None)
-    return hashlib.sha256(json.dumps(c, sort_keys=True).encode()).hexdigest()[:16]
+    return c
+
+
+def config_hash(cfg: DictConfig) -> str:
+    return hashlib.sha256(json.dumps(_result_view(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _flatten(node, prefix: str = "") -> dict:
+    if isinstance(node, dict):
+        out = {}
+        for k, v in node.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out or {prefix[:-1]: {}}
+    return {prefix[:-1]: node}
+
+
+def result_diff(old: DictConfig, new: DictConfig) -> list[tuple[str, object, object]]:
+    """``(key, old value, new value)`` for every result-relevant key that differs (absent: None), sorted."""
+    a, b = _flatten(_result_view(old)), _flatten(_result_view(new))
+    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 def make_fabric(cfg: DictConfig, run_dir: str):
     from lightning.fabric import Fabric
     from lightning.fabric.loggers import CSVLogger
 
-    loggers = [CSVLogger(os.path.join(run_dir, "logs"), name="", version="")]
+    # a resumed run logs into its own version folder: Lightning's CSV logger would delete the earlier rows otherwise
+    # (the run's own metrics.csv holds every round either way)
+    version = f"resumed_{time.strftime('%Y%m%d-%H%M%S')}" if cfg.get("resume") else ""
+    loggers = [CSVLogger(os.path.join(run_dir, "logs"), name="", version=version)]
     try:
         from lightning.fabric.loggers import TensorBoardLogger
         import tensorboard  # noqa: F401

@@ -1,16 +1,24 @@
-"""The command line behind ``train.py``: group-name checks before Hydra, one-line errors, resume hints."""
+"""The command line behind ``train.py``: group-name checks before Hydra, one-line errors, the run directory's lock
+and guard, and resume from the directory alone (the saved overrides re-composed, new ones on top, differences in
+result-relevant keys named)."""
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from .errors import FLError
+from .errors import ConfigError, FLError, ResumeError
 
 log = logging.getLogger("fl_lightning")
 GROUPS = ("method", "model", "data", "experiment", "optimizer")
+CONTROL = ("resume", "force_resume", "stop_after_rounds", "overwrite")  # how to run now, never carried over
+OVERRIDES_FILE = "overrides.yaml"  # the run's own overrides (Hydra's .hydra/ copy is rewritten by every invocation)
+
+OmegaConf.register_new_resolver("fl_run_dir", lambda resume, default: str(resume) if resume else str(default),
+                                replace=True)
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -45,33 +53,166 @@ def check_groups(argv: list[str], conf_dir: str) -> None:
             fail(f"unknown {key} {val!r}; valid: {', '.join(names)} (files in conf/{key}/)")
 
 
-def _overrides_for_resume() -> str:
+def check_resume(argv: list[str]) -> None:
+    """``resume=DIR`` names the run directory Hydra is about to use: check it exists before Hydra creates it."""
+    for arg in argv:
+        key, sep, val = arg.lstrip("+").partition("=")
+        if sep and key == "resume" and val not in ("", "null") and not os.path.isdir(val):
+            fail(f"config error: resume: no run directory {val!r}; fix: pass the run directory printed by the stopped "
+                 "run (it holds checkpoints/)")
+
+
+def flag(cfg: DictConfig, key: str, default: bool = False) -> bool:
+    """A boolean setting, strictly: true/false (``force_resume=no`` is an error, not a yes)."""
+    val = OmegaConf.select(cfg, key, default=default)
+    if val is None:
+        return default
+    if not isinstance(val, bool):
+        raise ConfigError(key, f"expected true or false, got {val!r}", f"set {key}=true or {key}=false")
+    return val
+
+
+# ---------------------------------------------------------------------------------------------- overrides
+def _task_overrides() -> list[str] | None:
+    """The command line's config overrides (not hydra.*), or None outside a Hydra app."""
     try:
         from hydra.core.hydra_config import HydraConfig
 
-        ov = [o for o in HydraConfig.get().overrides.task if not o.startswith(("resume=", "stop_after_rounds="))]
+        return list(HydraConfig.get().overrides.task)
     except Exception:
-        ov = []
-    return " ".join(ov)
+        return None
 
 
+def _okey(override: str) -> str:
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def merge_overrides(saved: list[str], new: list[str]) -> list[str]:
+    """The saved run's overrides with the new ones on top (a new ``key=...`` replaces the saved one); the control
+    keys (resume, force_resume, stop_after_rounds, overwrite) are never carried over."""
+    keys = {_okey(o) for o in new}
+    return [o for o in saved if _okey(o) not in keys and _okey(o) not in CONTROL] + list(new)
+
+
+def _is_launched_child() -> bool:
+    """A process Lightning's launcher started for rank > 0 (it re-runs train.py): rank 0 owns the run directory."""
+    return int(os.environ.get("LOCAL_RANK", 0) or 0) > 0 or int(os.environ.get("NODE_RANK", 0) or 0) > 0
+
+
+def resume_config(cfg: DictConfig, run_dir: str, force: bool) -> DictConfig:
+    """The config to resume ``run_dir`` with: the overrides it was started with, re-composed, with this command's
+    overrides on top; a difference from the saved config in a key that changes results is refused with one line
+    naming the keys, unless ``force_resume=true``."""
+    from .build import result_diff
+
+    new = _task_overrides()
+    saved_ov = os.path.join(run_dir, OVERRIDES_FILE)
+    if new is not None and os.path.exists(saved_ov):
+        from hydra import compose
+
+        saved = [str(o) for o in OmegaConf.load(saved_ov)]
+        cfg = compose(config_name="config", overrides=merge_overrides(saved, new))
+    saved_cfg = os.path.join(run_dir, "config.yaml")
+    if os.path.exists(saved_cfg):
+        diff = result_diff(OmegaConf.load(saved_cfg), cfg)
+        if diff and not force:
+            shown = ", ".join(f"{k} ({a!r} -> {b!r})" for k, a, b in diff[:4])
+            more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
+            raise ResumeError(f"resume: this config differs from the one that wrote {run_dir} in {shown}{more}; drop "
+                              "those overrides to continue the run as it was, or add force_resume=true")
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------- run directory
+class RunDirLock:
+    """An exclusive lock on ``<run_dir>/.lock`` for the life of the process: a second run on the same directory is
+    refused with one line instead of silently mixing two runs' results."""
+
+    def __init__(self, run_dir: str):
+        import fcntl
+
+        self.path = os.path.join(run_dir, ".lock")
+        self._f = open(self.path, "a+")
+        try:
+            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._f.close()
+            raise ConfigError("hydra.run.dir", f"{run_dir} is in use by another running job",
+                              "wait for it to finish, or give this run its own hydra.run.dir=...") from None
+        self._f.seek(0)
+        self._f.truncate()
+        self._f.write(f"{os.getpid()}\n")
+        self._f.flush()
+
+
+def guard_fresh_run(run_dir: str, overwrite: bool) -> None:
+    """A new run (no ``resume=``) into a directory that already holds a run's checkpoints is refused, unless
+    ``overwrite=true``, which removes that run's checkpoints, metrics, summary and logs first."""
+    from .checkpoint import list_checkpoints
+
+    ckpts = list_checkpoints(os.path.join(run_dir, "checkpoints"))
+    if not ckpts:
+        return
+    if not overwrite:
+        raise ConfigError("hydra.run.dir", f"{run_dir} already holds a run (checkpoints up to "
+                          f"{os.path.basename(ckpts[-1])})", f"continue it with resume={run_dir}, pick another "
+                          "hydra.run.dir, or add overwrite=true to replace it")
+    log.warning("overwrite=true: removing the earlier run's checkpoints, metrics and logs in %s", run_dir)
+    for name in ("checkpoints", "logs"):
+        shutil.rmtree(os.path.join(run_dir, name), ignore_errors=True)
+    for name in ("metrics.csv", "summary.json", OVERRIDES_FILE):
+        if os.path.exists(os.path.join(run_dir, name)):
+            os.remove(os.path.join(run_dir, name))
+
+
+def _resume_hint(run_dir: str) -> str:
+    return f"  python train.py resume={run_dir}"
+
+
+# ---------------------------------------------------------------------------------------------- run
 def run(cfg: DictConfig) -> dict | None:
     """Build and run one job; user errors become one line on stderr and a non-zero exit."""
     from .build import build
     from .loop import StopRequested
 
     full = os.environ.get("HYDRA_FULL_ERROR") == "1"
-    run_dir = str(cfg.resume) if cfg.get("resume") else cfg.run_dir
+    run_dir = str(cfg.resume) if cfg.get("resume") else str(cfg.run_dir)
+    child = _is_launched_child()
+    loop = None
     try:
+        force = flag(cfg, "force_resume")
+        resume = cfg.get("resume")
+        if resume:
+            if not os.path.isdir(run_dir):
+                raise ConfigError("resume", f"no run directory {run_dir!r}",
+                                  "pass the run directory printed by the stopped run (it holds checkpoints/)")
+            cfg = resume_config(cfg, run_dir, force)
         os.makedirs(run_dir, exist_ok=True)
-        OmegaConf.save(cfg, os.path.join(run_dir, "config.yaml"), resolve=True)
+        if not child:
+            _lock = RunDirLock(run_dir)  # noqa: F841  (held until the process exits)
+            if not resume:
+                guard_fresh_run(run_dir, flag(cfg, "overwrite"))
         loop = build(cfg, run_dir)
-        loop.setup(resume=cfg.get("resume"), force=bool(cfg.get("force_resume", False)))
-        return loop.run(cfg.get("stop_after_rounds"), bool(cfg.trainer.get("progress", True)))
+        loop.setup(resume=resume, force=force)
+        if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone
+            OmegaConf.save(cfg, os.path.join(run_dir, "config.yaml"), resolve=True)
+            ov = _task_overrides()
+            if ov is not None:
+                saved = os.path.join(run_dir, OVERRIDES_FILE)
+                old = [str(o) for o in OmegaConf.load(saved)] if resume and os.path.exists(saved) else []
+                kept = [o for o in merge_overrides(old, ov) if _okey(o) not in CONTROL]
+                OmegaConf.save(ListConfig(kept), saved)
+        return loop.run(cfg.get("stop_after_rounds"), flag(cfg, "trainer.progress", default=True))
     except StopRequested as stop:
-        print(f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n"
-              f"  python train.py {_overrides_for_resume()} resume={run_dir}", file=sys.stderr)
+        if child:  # rank 0 reports (and a non-zero child would make Lightning's observer kill the launcher)
+            sys.exit(0)
+        print(f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir)}",
+              file=sys.stderr)
         sys.exit(128 + stop.signum)
+    except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM: abort now, without a traceback
+        last = getattr(getattr(loop, "checkpointer", None), "last", None)
+        fail(f"aborted by a second signal; the last checkpoint is {last or 'none'}"
+             + (f"; resume with: python train.py resume={run_dir}" if last else ""), code=130)
     except FLError as err:
         if full:
             raise

@@ -2,7 +2,8 @@
 
 A client's state (optimizer moments, control variates, momenta, ...) is a flat ``{name: tensor}`` dict. It lives
 in CPU memory (pinned when the device is a GPU, so the copy in overlaps), or in one safetensors file per client
-under ``offload_dir`` when it does not fit in memory. It is on the device only while that client trains
+under ``offload_dir`` when it does not fit in memory (the store owns that folder: it locks it, and clears client files
+it did not write itself, at start and when a checkpoint is restored). It is on the device only while that client trains
 (``checkout`` / ``checkin``), so device memory does not grow with the number of clients (DESIGN invariant 4).
 """
 from __future__ import annotations
@@ -21,7 +22,30 @@ class ClientStateStore:
         self._mem: dict[int, dict[str, Tensor]] = {}
         self._pin = self.device.type == "cuda"
         if offload_dir:
-            os.makedirs(offload_dir, exist_ok=True)
+            self._lock = self._claim(offload_dir)
+            self._clear_files()  # a fresh store starts empty: files left by an earlier or crashed run are not ours
+
+    @staticmethod
+    def _claim(offload_dir: str):
+        """An exclusive lock on ``<offload_dir>/.lock`` for the store's life: two runs never share client files."""
+        import fcntl
+
+        from .errors import ConfigError
+
+        os.makedirs(offload_dir, exist_ok=True)
+        f = open(os.path.join(offload_dir, ".lock"), "a")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise ConfigError("store.offload_dir", f"{offload_dir} is in use by another running job",
+                              "give each run its own store.offload_dir") from None
+        return f
+
+    def _clear_files(self) -> None:
+        for f in os.listdir(self.offload_dir):
+            if f.startswith("client_") and (f.endswith(".safetensors") or f.endswith(".tmp")):
+                os.remove(os.path.join(self.offload_dir, f))
 
     def _path(self, cid: int) -> str:
         return os.path.join(self.offload_dir, f"client_{cid:06d}.safetensors")
@@ -76,5 +100,7 @@ class ClientStateStore:
             c, k = key.split("/", 1)
             per.setdefault(int(c), {})[k] = v
         self._mem.clear()
+        if self.offload_dir:  # files written after the checkpoint (a crashed round) must not survive the restore
+            self._clear_files()
         for c, st in per.items():
             self.put(c, st)

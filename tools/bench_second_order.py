@@ -7,7 +7,7 @@ GNB estimator. Models: the default run's SmallCNN on 8x8 digits batches of 32, a
 batches of 32 (CIFAR shape, 100 classes).
 
     python tools/bench_second_order.py                 # both models
-    python tools/bench_second_order.py --models cnn --steps 60
+    python tools/bench_second_order.py --models cnn --steps 60 --repeats 5
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def gnb(module, batch, gen):
     return {p: len(batch["y"]) * t.square() for p, t in zip(params, g)}
 
 
-def bench(name: str, kind: str, steps: int, warmup: int) -> float:
+def bench(name: str, kind: str, steps: int, warmup: int, clock=time.process_time) -> float:
     torch.manual_seed(0)
     module, shape, classes = model(name)
     params = list(module.parameters())
@@ -66,7 +66,7 @@ def bench(name: str, kind: str, steps: int, warmup: int) -> float:
     times = []
     for k in range(warmup + steps):
         batch = batches[k % len(batches)]
-        t0 = time.perf_counter()
+        t0 = clock()
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(module(batch["x"]), batch["y"]).backward()
         if kind.startswith("sophia") and (k + 1) % 10 == 0:
@@ -74,7 +74,7 @@ def bench(name: str, kind: str, steps: int, warmup: int) -> float:
             opt.update_hessian(est)
         opt.step()
         if k >= warmup:
-            times.append(time.perf_counter() - t0)
+            times.append(clock() - t0)
     return statistics.mean(times) * 1e3
 
 
@@ -83,15 +83,25 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["cnn", "resnet18_gn"], choices=["cnn", "resnet18_gn"])
     ap.add_argument("--steps", type=int, default=40, help="timed steps (a multiple of 10 covers the periodic work)")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; the median of their means is shown")
+    ap.add_argument("--clock", choices=["cpu", "wall"], default="cpu",
+                    help="cpu: the process's CPU time (robust on a shared host; with 1 thread it is the step's compute "
+                         "time); wall: perf_counter")
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; mean ms per local step over {args.steps}")
+    kinds = ("adamw", "soap", "sophia_hutchinson", "sophia_gnb")
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.clock} ms per local step: the median over "
+          f"{args.repeats} interleaved repetitions of the mean over {args.steps} steps")
     print("| model | AdamW | SOAP | Sophia (Hutchinson / 10) | Sophia (GNB / 10) |")
     print("| --- | --- | --- | --- | --- |")
     for name in args.models:
-        ms = {k: bench(name, k, args.steps, args.warmup) for k in ("adamw", "soap", "sophia_hutchinson", "sophia_gnb")}
+        runs = {k: [] for k in kinds}
+        for _ in range(args.repeats):  # interleaved, so a busy spell on a shared host hits every optimizer alike
+            for k in kinds:
+                runs[k].append(bench(name, k, args.steps, args.warmup, clock))
+        ms = {k: statistics.median(v) for k, v in runs.items()}
         base = ms["adamw"]
-        cells = [f"{ms['adamw']:.1f}"] + [f"{ms[k]:.1f} ({ms[k] / base:.2f}×)" for k in
-                                          ("soap", "sophia_hutchinson", "sophia_gnb")]
+        cells = [f"{ms['adamw']:.1f}"] + [f"{ms[k]:.1f} ({ms[k] / base:.2f}×)" for k in kinds[1:]]
         print(f"| {name} | " + " | ".join(cells) + " |")
 
 

@@ -13,39 +13,20 @@ uplink MB, wall seconds), averaged over seeds when several are given.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from small_scale import fmt, one_run  # noqa: E402
 
 MAIN = [("FedAvg", "fedavg", []), ("LocalMuon", "local_muon", []), ("FedMuon-BC (T=5)", "fedmuon_bc", [])]
 OTHERS = [("SCAFFOLD", "scaffold", []), ("LocalMuon, reset (seed 004)", "local_muon_reset", []),
           ("FedMuon-avg (seed 003)", "fedmuon_avg", []), ("FedMuon (seed 004)", "fedmuon", []),
           ("FedMuon-SVD (seed 004)", "fedmuon_svd", [])]
 T_SWEEP = [(f"FedMuon-BC T={t}", "fedmuon_bc", [f"method.ns_steps={t}"]) for t in (0, 1, 2, 4)]
-
-
-def one_run(label, method, overrides, alpha, seed, rounds, out_root, extra):
-    tag = f"{method}_{'_'.join(o.split('=')[-1] for o in overrides) or 'default'}_a{alpha}_s{seed}"
-    run_dir = os.path.join(out_root, tag)
-    cmd = [sys.executable, "train.py", f"method={method}", f"data.partition.alpha={alpha}", f"fl.rounds={rounds}",
-           f"seed={seed}", "trainer.progress=false", "checkpoint.every=100000", f"hydra.run.dir={run_dir}",
-           *overrides, *extra]
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-    with open(os.path.join(run_dir, "summary.json")) as f:
-        s = json.load(f)
-    s["cmd"] = "python " + " ".join(cmd[1:])
-    s["elapsed"] = time.perf_counter() - t0
-    return label, alpha, seed, s
 
 
 def main(argv=None):
@@ -70,10 +51,6 @@ def main(argv=None):
     by: dict[tuple, list[dict]] = {}
     for lab, a, s, summ in results:
         by.setdefault((lab, a), []).append(summ)
-
-    def fmt(xs, scale=100.0):
-        xs = [x * scale for x in xs]
-        return f"{statistics.mean(xs):.1f}" + (f" ± {statistics.stdev(xs):.1f}" if len(xs) > 1 else "")
 
     print(f"\n{len(jobs)} runs, {args.rounds} rounds each, seeds {args.seeds}, {time.perf_counter() - t0:.0f} s total\n")
     print("| method | Dirichlet α | final test acc (%) | best test acc (%) | uplink MB | wall s |")
