@@ -7,6 +7,10 @@ else (ints, floats, strings, lists of metric rows) to ``meta.json`` under the ob
 directory ``checkpoints/round_000006/`` written to ``round_000006.tmp`` and renamed into place, so a crash never
 leaves a half-written checkpoint under a real name; loading reads safetensors and JSON only, so it cannot run code.
 
+Every file's SHA-256 is recorded in ``meta.json``; files and directories are fsynced before the rename. Resuming
+verifies a checkpoint completely (checksums, readable safetensors, a finite global model) before loading anything,
+and falls back to the previous checkpoint (``keep_last`` are kept) with one warning line when the newest is damaged.
+
 Objects named in ``per_rank`` (the client store: each process keeps the states of the clients it owns) are written
 by every process to ``<name>.rank<K>.safetensors`` through a staging folder; rank 0 moves them into the checkpoint.
 
@@ -19,8 +23,10 @@ also accepts a changed config hash. A different process count is always refused 
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -132,6 +138,26 @@ def _fsync_json(obj: Any, path: str) -> None:
         os.fsync(f.fileno())
 
 
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DamagedCheckpoint(ResumeError):
+    """A checkpoint whose files do not match their recorded checksums, cannot be read, or hold non-finite weights."""
+
+
 class Checkpointer:
     """Saves and strictly loads ``{name: Stateful}`` (see the module docstring)."""
 
@@ -175,10 +201,16 @@ class Checkpointer:
             if self.world_size > 1:
                 for f in os.listdir(staging):
                     os.replace(os.path.join(staging, f), os.path.join(tmp, f))
+            meta["files"] = {}
+            for f in sorted(os.listdir(tmp)):  # each tensor file's checksum, and on disk before the rename
+                _fsync(os.path.join(tmp, f))
+                meta["files"][f] = _digest(os.path.join(tmp, f))
             _fsync_json(meta, os.path.join(tmp, "meta.json"))
+            _fsync(tmp)
             if os.path.exists(final):
                 shutil.rmtree(final)
             os.replace(tmp, final)
+            _fsync(self.root)
             shutil.rmtree(staging, ignore_errors=True)
             if self.keep_last > 0:
                 for old in list_checkpoints(self.root)[: -self.keep_last]:
@@ -192,25 +224,78 @@ class Checkpointer:
     def latest(self) -> str | None:
         return latest_checkpoint(self.root)
 
-    def load(self, path: str, objects: Mapping[str, Stateful], force: bool = False) -> dict:
-        """Restore ``objects`` from the checkpoint at ``path`` (strictly; see the module docstring). Returns its meta."""
+    def load_latest_good(self, objects: Mapping[str, Stateful], force: bool = False, root: str | None = None) -> str | None:
+        """Restore from the newest checkpoint that is intact; a damaged one (see :meth:`verify`) is reported in one
+        warning line and the previous one is tried. None if there is no checkpoint at all; a one-line
+        :class:`DamagedCheckpoint` if every one is damaged. A mismatch of config or state layout is not damage: it
+        stops the resume (strict loading)."""
+        root = root or self.root
+        found = list_checkpoints(root)
+        if not found:
+            return None
+        problems = []
+        for path in reversed(found):
+            try:
+                states, meta = self.verify(path, objects)
+            except DamagedCheckpoint as err:
+                problems.append(str(err))
+                log.warning("%s; trying the previous checkpoint", err)
+                continue
+            self._restore(path, states, meta, objects, force)
+            return path
+        raise DamagedCheckpoint(f"resume: every checkpoint under {root} is damaged (newest: {problems[0]})")
+
+    def verify(self, path: str, objects: Mapping[str, Stateful]) -> tuple[dict[str, dict], dict]:
+        """Read a checkpoint completely without touching ``objects``: meta.json parses, every file matches the
+        checksum recorded at save time and reads as safetensors, and the global model's tensors are finite. Returns
+        the tensors per object and the meta; raises :class:`DamagedCheckpoint` (one line) otherwise."""
         meta_path = os.path.join(path, "meta.json")
         try:
             with open(meta_path) as f:
                 meta = json.load(f)
+            if not isinstance(meta, dict):
+                raise ValueError("not a JSON object")
         except (OSError, ValueError) as err:
-            raise ResumeError(f"resume: cannot read {meta_path} ({err}); resume from another checkpoint directory") from None
+            raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: cannot read meta.json ({err})") from None
+        for f, digest in meta.get("files", {}).items():
+            file = os.path.join(path, f)
+            if not os.path.exists(file) or _digest(file) != digest:
+                raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: {f} is "
+                                        f"{'missing' if not os.path.exists(file) else 'not what was saved (checksum)'}")
+        states: dict[str, dict] = {}
+        for name in objects:
+            if name not in set(meta.get("objects", ())):
+                continue
+            file = os.path.join(path, self._stem(name) + ".safetensors")
+            try:
+                states[name] = dict(load_file(file))
+            except Exception as err:
+                raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: cannot read {os.path.basename(file)} "
+                                        f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
+        for k, t in states.get("model", {}).items():
+            if t.is_floating_point() and not bool(t.isfinite().all()):
+                raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: the model's {k} holds NaN or inf")
+        return states, meta
+
+    def load(self, path: str, objects: Mapping[str, Stateful], force: bool = False) -> dict:
+        """Restore ``objects`` from the checkpoint at ``path`` (verified, then strictly; see the module docstring).
+        Returns its meta."""
+        states, meta = self.verify(path, objects)
+        return self._restore(path, states, meta, objects, force)
+
+    def _restore(self, path: str, states: dict[str, dict], meta: dict, objects: Mapping[str, Stateful],
+                 force: bool) -> dict:
         if meta.get("format") != FORMAT:
             raise ResumeError(f"resume: {path} was written in checkpoint format {meta.get('format', 1)}, this version "
                               f"reads format {FORMAT}; finish that run with the version that started it")
-        if meta["world_size"] != self.world_size:
+        if meta.get("world_size") != self.world_size:
             raise ResumeError(f"resume: checkpoint written by {meta['world_size']} processes, this run has "
                               f"{self.world_size}; set trainer.devices to match")
-        if meta["config_hash"] != self.config_hash and not force:
+        if meta.get("config_hash") != self.config_hash and not force:
             raise ResumeError(
                 f"resume: the config differs from the one that wrote {path} in a way that changes results "
                 f"(hash {meta['config_hash']} != {self.config_hash}); rerun with the same overrides, or add force_resume=true")
-        saved = set(meta["objects"])
+        saved = set(meta.get("objects", ()))
         extra, missing = sorted(saved - set(objects)), sorted(set(objects) - saved)
         for name in extra + missing:
             what = "holds state" if name in extra else "lacks state"
@@ -221,13 +306,8 @@ class Checkpointer:
         for name, obj in objects.items():
             if name not in saved:
                 continue
-            file = os.path.join(path, self._stem(name) + ".safetensors")
-            try:
-                state: dict[str, Any] = dict(load_file(file))
-            except Exception as err:
-                raise ResumeError(f"resume: cannot read {file} ({type(err).__name__}: {err}); resume from an "
-                                  "earlier checkpoint (move this one aside)") from None
-            state.update(meta["state"].get(name, {}))
+            state: dict[str, Any] = states[name]
+            state.update(meta.get("state", {}).get(name, {}))
             load_strict(obj, state, name, force)
         self.last = path
         return meta

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from . import seeding
-from .checkpoint import Checkpointer, TensorDict, TorchRNG, latest_checkpoint
+from .checkpoint import Checkpointer, TensorDict, TorchRNG
 from .client_store import ClientStateStore
 from .errors import NonFiniteLossError, ResumeError
 from .progress import RoundProgress
@@ -293,11 +293,10 @@ class FederatedLoop:
         self.strategy.setup(self.server_context())
         if resume:
             root = os.path.join(resume, "checkpoints")
-            path = latest_checkpoint(root)
+            path = self.checkpointer.load_latest_good(self.stateful(), force=force, root=root)
             if path is None:
                 raise ResumeError(f"resume: no checkpoint under {root}; "
                                   "point resume= at a run directory that has checkpoints/round_*")
-            self.checkpointer.load(path, self.stateful(), force=force)
             self.recorder.write_csv()
             log.info("resumed from %s (round %d)", path, self.round)
 

@@ -1,0 +1,103 @@
+"""Damaged checkpoints (issue "Reliability" item 4): each file kind damaged in turn in the newest checkpoint; the
+resume verifies before it loads, says so in one warning line and falls back to the previous checkpoint, whose
+continuation equals a run that never stopped. Every checkpoint damaged: one line, nothing loaded."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from fl_lightning.checkpoint import DamagedCheckpoint, _digest
+from tests.helpers.cli import FAST, build_loop
+
+OV = FAST + ["method.momentum=0.9", "method.parts.local_optimizer.state=persistent"]
+
+
+def _truncate(path):
+    data = open(path, "rb").read()
+    open(path, "wb").write(data[: len(data) // 2])
+
+
+def _flip_byte(path):
+    data = bytearray(open(path, "rb").read())
+    data[-1] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
+def _pickle_in_place(path):
+    torch.save({"w": torch.zeros(3)}, path)
+
+
+def _nan_weights_saved_consistently(path):
+    """NaN in the model written with a matching checksum: only the finiteness check can catch it."""
+    t = load_file(path)
+    k = next(iter(t))
+    t[k] = torch.full_like(t[k], float("nan"))
+    save_file(t, path)
+    meta_path = os.path.join(os.path.dirname(path), "meta.json")
+    meta = json.load(open(meta_path))
+    meta["files"][os.path.basename(path)] = _digest(path)
+    json.dump(meta, open(meta_path, "w"))
+
+
+DAMAGE = {
+    "model truncated": ("model.safetensors", _truncate),
+    "model one byte flipped": ("model.safetensors", _flip_byte),
+    "strategy a pickle": ("strategy.safetensors", _pickle_in_place),
+    "clients deleted": ("clients.rank0.safetensors", os.remove),
+    "meta garbled": ("meta.json", lambda p: open(p, "w").write("{\"format\": 2, ")),
+    "meta deleted": ("meta.json", os.remove),
+    "meta truncated": ("meta.json", _truncate),
+    "model NaN": ("model.safetensors", _nan_weights_saved_consistently),
+}
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+    d = tmp_path_factory.mktemp("straight")
+    loop = build_loop(OV + ["fl.rounds=4"], d)
+    loop.run(progress_enabled=False)
+    return {k: v.clone() for k, v in loop.global_params.items()}
+
+
+def _three_rounds(d):
+    loop = build_loop(OV + ["fl.rounds=3"], d)
+    loop.run(progress_enabled=False)
+    assert sorted(os.listdir(d / "checkpoints")) == ["round_000002", "round_000003"]
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous(kind, tmp_path, caplog, straight):
+    d = tmp_path / "run"
+    _three_rounds(d)
+    name, damage = DAMAGE[kind]
+    damage(str(d / "checkpoints" / "round_000003" / name))
+    with caplog.at_level(logging.WARNING, logger="fl_lightning"):
+        loop = build_loop(OV + ["fl.rounds=4"], d, resume=str(d))
+    assert loop.round == 2
+    warnings = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(warnings) == 1 and "round_000003" in warnings[0] and "\n" not in warnings[0]
+    loop.run(progress_enabled=False)
+    for k, v in straight.items():
+        assert torch.equal(loop.global_params[k], v), k
+
+
+def test_an_empty_newer_directory_is_skipped(tmp_path):
+    d = tmp_path / "run"
+    _three_rounds(d)
+    (d / "checkpoints" / "round_000009").mkdir()
+    assert build_loop(OV + ["fl.rounds=4"], d, resume=str(d)).round == 3
+
+
+def test_every_checkpoint_damaged_is_one_line(tmp_path):
+    d = tmp_path / "run"
+    _three_rounds(d)
+    for r in (2, 3):
+        _truncate(str(d / "checkpoints" / f"round_00000{r}" / "model.safetensors"))
+    with pytest.raises(DamagedCheckpoint) as err:
+        build_loop(OV + ["fl.rounds=4"], d, resume=str(d))
+    assert "every checkpoint" in str(err.value) and "\n" not in str(err.value)
