@@ -26,7 +26,7 @@ log = logging.getLogger("fl_lightning")
 # and the process count (which changes only the float summation order)
 _NOT_RESULT = {"resume", "force_resume", "stop_after_rounds", "overwrite", "run_dir", "checkpoint", "store", "hydra",
                "progress"}
-_NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "loggers"}
+_NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "loggers", "threads"}
 
 
 def validate(cfg: DictConfig) -> None:
@@ -96,6 +96,27 @@ def result_diff(old: DictConfig, new: DictConfig) -> list[tuple[str, object, obj
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
+def apply_threads(cfg: DictConfig) -> int:
+    """``trainer.threads``: torch's intra-op CPU threads for this process. ``auto`` = the CPUs this process may use
+    divided by the processes per node (``trainer.devices``), unless ``OMP_NUM_THREADS`` is set; oversubscribed
+    threads on a busy machine made the default run many times slower than one thread (docs/benchmarks.md)."""
+    t = cfg.trainer.get("threads", "auto")
+    if t in (None, "auto"):
+        if os.environ.get("OMP_NUM_THREADS"):
+            return torch.get_num_threads()
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        devices = cfg.trainer.get("devices", 1)
+        per_node = int(devices) if isinstance(devices, int) and not isinstance(devices, bool) and devices > 0 else 1
+        n = max(1, cpus // per_node)
+    elif isinstance(t, int) and not isinstance(t, bool) and t >= 1:
+        n = t
+    else:
+        raise ConfigError("trainer.threads", f"expected auto or a whole number >= 1, got {t!r}",
+                          "set trainer.threads=auto or e.g. trainer.threads=1")
+    torch.set_num_threads(n)
+    return n
+
+
 def make_fabric(cfg: DictConfig, run_dir: str):
     from lightning.fabric import Fabric
     from lightning.fabric.loggers import CSVLogger
@@ -125,6 +146,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
     from .strategies import build_strategy
 
     validate(cfg)
+    apply_threads(cfg)
     os.makedirs(run_dir, exist_ok=True)
     if fabric is None:
         fabric = make_fabric(cfg, run_dir)

@@ -81,3 +81,24 @@ def test_bad_optimizer_values_fail_at_build_with_one_line(override):
     with pytest.raises(ConfigError) as err:
         build_strategy(method_config("fedavg", [override]).method)
     assert err.value.key == "optimizer (via method.parts.local_optimizer.optimizer)" and "\n" not in str(err.value)
+
+
+def test_threads_setting(monkeypatch):
+    """trainer.threads: a number is applied; auto is the CPUs this process may use / trainer.devices (unless
+    OMP_NUM_THREADS is set); anything else is one line naming the key."""
+    import os
+
+    from fl_lightning.build import apply_threads
+    from tests.helpers.cli import make_cfg
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    try:
+        assert apply_threads(make_cfg(["trainer.threads=1"])) == 1 and torch.get_num_threads() == 1
+        cpus = len(os.sched_getaffinity(0))
+        assert apply_threads(make_cfg(["trainer.devices=2"])) == max(1, cpus // 2)
+        for bad in ("0", "-1", "abc", "1.5"):
+            with pytest.raises(ConfigError, match="trainer.threads"):
+                apply_threads(make_cfg([f"trainer.threads={bad}"]))
+    finally:
+        torch.set_num_threads(before)
