@@ -26,10 +26,17 @@ def stopped(tmp_path):
 
 
 def _edit(ckpt, fn):
+    """Change the saved state as another code version would have written it: the file and its recorded checksum
+    (a file that does not match its checksum is damage, handled by falling back: tests/test_checkpoint_damage.py)."""
+    from fl_lightning.checkpoint import _digest
+
     f = ckpt / "strategy.safetensors"
     t = load_file(str(f))
     fn(t)
     save_file(t, str(f))
+    meta = json.loads((ckpt / "meta.json").read_text())
+    meta["files"][f.name] = _digest(str(f))
+    (ckpt / "meta.json").write_text(json.dumps(meta))
 
 
 def test_missing_part_key_is_refused(stopped, tmp_path):
@@ -55,11 +62,12 @@ def test_other_method_is_refused(stopped, tmp_path):
     one_line_error(p, "force_resume=true")
 
 
-def test_damaged_meta_is_one_line(stopped, tmp_path):
+def test_damaged_meta_everywhere_is_one_line(stopped, tmp_path):
     d, ckpt = stopped
-    (ckpt / "meta.json").write_text("{not json")
+    for c in (d / "checkpoints").glob("round_*"):  # every kept checkpoint: nothing to fall back to
+        (c / "meta.json").write_text("{not json")
     p = run_cli(BASE + ["fl.rounds=4", f"resume={d}", f"hydra.run.dir={tmp_path / 'h'}"])
-    one_line_error(p, "meta.json")
+    one_line_error(p, "every checkpoint", "meta.json")
 
 
 def test_tracked_state_records_reads():
