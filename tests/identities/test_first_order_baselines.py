@@ -10,7 +10,9 @@ from the same parts:
   gradient of ALL n clients at x⁰, g^{r+1} = (1/(ηSK)) Σ (x^r − x_i), x^{r+1} = x^r − ηK g^{r+1};
 * ``fedlada`` (Sun et al., TPAMI 2023; spec 004 §3.8, the GLUE code): Adam whose v starts from the mean of last
   round's client v, whose step counter is global, plus γ D/K after every step;
-* the three "FedAvg with momentum" names are three different recursions.
+* the three "FedAvg with momentum" names are three different recursions;
+* SCAFFOLD option II (Karimireddy et al., ICML 2020, Alg. 1) and the released codes' inert correction
+  (``correction_applied=false``: FedAvg's model trajectory while c, c_i are still computed).
 """
 from __future__ import annotations
 
@@ -259,6 +261,49 @@ def test_fedlada_follows_the_code_semantics(tmp_path):
     steps = [v for k, v in st.items() if k.endswith("/step")]
     assert steps and all(float(s) == R * K for s in steps)
     assert any(k.endswith("/exp_avg_sq") for k in st)
+
+
+# ------------------------------------------------------------------------------------------------------ SCAFFOLD
+@pytest.mark.parametrize("applied", [True, False])
+def test_scaffold_option2_and_the_released_codes_inert_correction(tmp_path, applied):
+    lr = 0.1
+    loop = make("scaffold", [f"method.lr={lr}", "method.control=option2",
+                             f"method.parts.correction.correction_applied={str(applied).lower()}"], tmp_path)
+
+    def reference():
+        x, c, ci, out = X0.clone(), torch.zeros(D, dtype=torch.float64), [torch.zeros(D, dtype=torch.float64)] * 2, []
+        for _ in range(R):
+            ys, dcs = [], []
+            for i in range(2):
+                y = x.clone()
+                for _ in range(K):
+                    y = y - lr * (grad(y, i) - ci[i] + c if applied else grad(y, i))
+                new = ci[i] - c + (x - y) / (K * lr)      # option II
+                dcs.append(new - ci[i])
+                ci[i] = new
+                ys.append(y)
+            x = x + sum(y - x for y in ys) / 2           # η_g = 1, uniform
+            c = c + sum(dcs) / 2                         # (1/n) Σ Δc_i, n = 2
+            out.append(x)
+        return out, c
+
+    xs, c = reference()
+    follow(loop, lambda: xs)
+    from fl_lightning.strategies.parts import ScaffoldCorrection
+
+    torch.testing.assert_close(loop.strategy.part(ScaffoldCorrection).c["net.w"], c, rtol=1e-12, atol=1e-12)
+    assert c.abs().max() > 1e-2
+    if not applied:  # the model moves as plain uniform FedAvg
+        x = X0.clone()
+        for _ in range(R):
+            ys = []
+            for i in range(2):
+                y = x.clone()
+                for _ in range(K):
+                    y = y - lr * grad(y, i)
+                ys.append(y)
+            x = sum(ys) / 2
+        torch.testing.assert_close(xs[-1], x, rtol=1e-12, atol=1e-12)
 
 
 # ------------------------------------------------------------------------------------------------------ FedOpt defaults
