@@ -39,11 +39,16 @@ METHODS = [
     ("fedyogi", "fedyogi", []),
     ("fedams", "fedams", []),
     ("fedlada", "fedlada", []),
+    ("scaffold, released codes' bug", "scaffold", ["method.parts.correction.correction_applied=false"]),
+    # not the papers' values: a shorter memory of the global direction (an EMA over rounds)
+    ("fedcm, gamma 0.5", "fedcm", ["method.gamma=0.5"]),
+    ("fedavgm, global_momentum 0.5", "fedavgm", ["method.global_momentum=0.5"]),
 ]
 
 
 def run_dir_of(out, label, seed):
-    return os.path.join(out, label.replace(", ", "_").replace(" ", "_") + f"_s{seed}")
+    name = label.replace(", ", "_").replace(" ", "_").replace("'", "")
+    return os.path.join(out, "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name) + f"_s{seed}")
 
 
 def command(method, overrides, alpha, seed, rounds, run_dir):
@@ -107,7 +112,7 @@ def main(argv=None):
 
     print(f"\nDirichlet α = {args.alpha:g}, {args.rounds} rounds, seeds {args.seeds} (mean ± std over seeds)\n")
     print("| method | command | final test acc (%) | best test acc (%) | uplink MB / round | downlink MB / round "
-          "| training s (mean) |")
+          "| loop wall s (mean) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for lab, m, ov in specs:
         if lab not in by:
