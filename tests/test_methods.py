@@ -24,7 +24,9 @@ LEARN_LR = {"local_muon": ["method.lr=0.05"], "fedmuon_bc": ["method.lr=0.05"], 
             "fedpac_soap": ["method.lr=0.01"], "fedpac_sophia": ["method.lr=0.01"],
             "fedpac_soap_light": ["method.lr=0.01"], "fedpac_sophia_light": ["method.lr=0.01"],
             "fedpac_soap_align_only": ["method.lr=0.01"], "fedpac_soap_correct_only": ["method.lr=0.01"],
-            "fedpm": ["method.lr=0.01"], "fed_sophia": ["method.lr=0.01"]}
+            "fedpm": ["method.lr=0.01"], "fed_sophia": ["method.lr=0.01"],
+            # FedAvg-M's 0.9 momentum across rounds overshoots within these 8 rounds (it is an EMA per ROUND)
+            "fedavgm": ["method.global_momentum=0.5"]}
 
 
 def test_every_method_is_covered():
@@ -101,7 +103,7 @@ def _sizes(cfg) -> dict[str, float]:
         r = svd_rank(n, n, cfg.method.get("svd_mode", "storage_frac"), float(cfg.method.get("svd_frac", 0.05)))
         lr_svd += (2 * n * r + r) * 4
     return {"P": sum(p.numel() * 4 for p in ps), "M": sum(p.numel() * 4 for p in mats), "M_svd": m_svd,
-            "V": sum(p.numel() * 4 for p in vecs), "nV": len(vecs), "LR": sum(n * n * 4 for n in factors),
+            "V": sum(p.numel() * 4 for p in vecs), "nV": len(vecs), "nP": len(ps), "LR": sum(n * n * 4 for n in factors),
             "LR_svd": lr_svd}
 
 

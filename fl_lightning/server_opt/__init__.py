@@ -7,13 +7,14 @@ without one it averages as before. One file per optimizer, each a pure update fu
 returns the direction ``u``; ``x <- x - lr * u``) and a thin stateful class (:class:`ServerOptimizer`):
 
     SGD       sgd.py       u = g                                                 FedAvg with server lr eta_g
-    Momentum  momentum.py  v = beta v + g; u = v                                 FedAvgM (Hsu et al. 2019)
+    Momentum  momentum.py  v = beta v + g; u = v                                 Hsu et al. 2019 (fedavg_server_momentum)
     Adam      adam.py      m, v EMAs; u = m / (sqrt(v) + tau)                    FedAdam (Reddi et al. Alg. 2)
     Yogi      yogi.py      v -= (1-beta2) g^2 sign(v - g^2); u as Adam           FedYogi (Reddi et al. Alg. 2)
     AMSGrad   amsgrad.py   v_hat = max(v_hat, v, tau); u = m / sqrt(v_hat)       FedAMS (Wang et al., ICML 2022)
     Lion      lion.py      u = sign(beta1 m + (1-beta1) g); m EMA with beta2     Lion (Chen et al., NeurIPS 2023)
 
-Adam, Yogi and AMSGrad follow Alg. 2: no bias correction by default (``bias_correction=true`` adds it), v starts at
+Adam, Yogi and AMSGrad follow Alg. 2: no bias correction by default (``bias_correction=true`` adds it,
+``step_size`` scales the lr by sqrt(1-beta2^t)/(1-beta1^t) as Flower's FedAdam), v starts at
 tau^2 for Adam / Yogi (``v0``; Alg. 2 asks v_{-1} >= tau^2), at 0 for AMSGrad (FedAMS).
 """
 from .adam import Adam, adam_update, adaptive_step

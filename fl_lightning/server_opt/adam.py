@@ -6,7 +6,10 @@ Optimization", ICLR 2021, arXiv 2003.00295, Alg. 2), in the descent convention w
     x <- x - lr * m / (sqrt(v) + tau)
 
 Alg. 2 has NO bias correction, so ``bias_correction=False`` is the default; ``True`` divides m by (1 - beta1^t) and
-v by (1 - beta2^t) (Kingma & Ba, ICLR 2015, Alg. 1). ``v0``: Alg. 2 initialises ``v_{-1} >= tau^2`` (its analysis
+v by (1 - beta2^t) (Kingma & Ba, ICLR 2015, Alg. 1); ``"step_size"`` is Kingma & Ba's "more efficient" form (end of
+their Sec. 2), the lr times sqrt(1 - beta2^t) / (1 - beta1^t) with tau left uncorrected,
+``x <- x - lr_t m / (sqrt(v) + tau)``: Flower's FedAdam (flwr.server.strategy.FedAdam, whose exponent is its round
+number + 1, i.e. our t + 1 with its rounds counted from 1; tests/parts/test_server_opt_flower.py). ``v0``: Alg. 2 initialises ``v_{-1} >= tau^2`` (its analysis
 needs the floor); the default ``v0="tau2"`` takes v_{-1} = tau^2, the smallest value it allows. ``v0="zero"`` is the
 usual start (torch.optim.Adam, Flower; the authors' TF experiment code, google-research/federated optimization/,
 ran Keras Adam, zero-initialised and bias-corrected, and Yogi with initial accumulator 0); a number sets v_{-1}.
@@ -15,6 +18,8 @@ ran Keras Adam, zero-initialised and bias-corrected, and Yogi with initial accum
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -22,9 +27,15 @@ from ..errors import ConfigError
 from .base import ServerOptimizer, check_beta, check_nonneg, state_dtype
 
 
+BIAS_CORRECTIONS = (False, True, "step_size")
+
+
 def adaptive_step(m: Tensor, v: Tensor, t: int, beta1: float, beta2: float, tau: float,
-                  bias_correction: bool = False) -> Tensor:
-    """``m / (sqrt(v) + tau)``, with Adam's bias correction ``m/(1-beta1^t)``, ``v/(1-beta2^t)`` when asked."""
+                  bias_correction: bool | str = False) -> Tensor:
+    """``m / (sqrt(v) + tau)``, with Adam's bias correction ``m/(1-beta1^t)``, ``v/(1-beta2^t)`` when asked
+    (``True``), or the step-size form ``sqrt(1-beta2^t)/(1-beta1^t) * m / (sqrt(v) + tau)`` (``"step_size"``)."""
+    if bias_correction == "step_size":
+        return m / (v.sqrt() + tau) * (math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t))
     if bias_correction:
         return (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt() + tau)
     return m / (v.sqrt() + tau)
@@ -60,9 +71,10 @@ class AdaptiveServerOptimizer(ServerOptimizer):
         self.beta1 = check_beta("beta1", beta1, "use beta1 in [0, 1), e.g. 0.9")
         self.beta2 = check_beta("beta2", beta2, "use beta2 in [0, 1), e.g. 0.99")
         self.tau = check_nonneg("tau", tau, "use a small tau >= 0, e.g. 1e-3")
-        if not isinstance(bias_correction, bool):
-            raise ConfigError("bias_correction", f"expected true or false, got {bias_correction!r}",
-                              "use false (Alg. 2) or true")
+        if not (isinstance(bias_correction, bool) or bias_correction == "step_size"):
+            raise ConfigError("bias_correction", f"expected true, false or step_size, got {bias_correction!r}",
+                              "use false (Alg. 2), true (Kingma & Ba Alg. 1) or step_size (lr_t = lr sqrt(1-beta2^t)"
+                              "/(1-beta1^t), Flower's FedAdam)")
         self.bias_correction = bias_correction
         self.v0 = initial_v(v0, self.tau)
         if self.v0 == 0.0 and self.tau == 0.0 and not self._floored():
@@ -87,4 +99,4 @@ class Adam(AdaptiveServerOptimizer):
         return adam_update(g, state["m"], state["v"], self.t, self.beta1, self.beta2, self.tau, self.bias_correction)
 
 
-__all__ = ["Adam", "AdaptiveServerOptimizer", "adam_update", "adaptive_step", "initial_v"]
+__all__ = ["Adam", "AdaptiveServerOptimizer", "BIAS_CORRECTIONS", "adam_update", "adaptive_step", "initial_v"]

@@ -10,9 +10,11 @@ arXiv 2205.02719, Alg. 1; AMSGrad: Reddi, Kale & Kumar, ICLR 2018), descent conv
 v_hat never decreases (the max-stabilised denominator of spec 002's FedAMS/FedCAMS baselines). With ``max`` tau is
 a floor on v_hat (a squared quantity: tau=1e-6 floors sqrt(v_hat) at 1e-3). ``bias_correction`` (default False)
 divides m by (1 - beta1^t) and v_hat by (1 - beta2^t) (torch.optim.Adam(amsgrad=True) with ``tau_mode="add"``,
-``v0="zero"``); ``v0`` is the start of v and v_hat (default ``"zero"``, FedAMS; ``"tau2"`` as Reddi et al. Alg. 2).
+``v0="zero"``; ``"step_size"``: lr sqrt(1 - beta2^t) / (1 - beta1^t), as adam.py); ``v0`` is the start of v and v_hat (default ``"zero"``, FedAMS; ``"tau2"`` as Reddi et al. Alg. 2).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
@@ -32,7 +34,9 @@ def amsgrad_update(g: Tensor, m: Tensor, v: Tensor, v_hat: Tensor, t: int, beta1
     if tau_mode == "max":
         v_hat.clamp_(min=tau)
     mm, vv = m, v_hat
-    if bias_correction:
+    if bias_correction == "step_size":  # Kingma & Ba's lr_t form (see adam.py)
+        mm = m * (math.sqrt(1 - beta2 ** t) / (1 - beta1 ** t))
+    elif bias_correction:
         mm, vv = m / (1 - beta1 ** t), v_hat / (1 - beta2 ** t)
     return mm / vv.sqrt() if tau_mode == "max" else mm / (vv.sqrt() + tau)
 

@@ -148,7 +148,7 @@ def test_amsgrad_vhat_is_non_decreasing_and_follows_fedams(tmp_path, tau_mode):
 @pytest.mark.parametrize("nesterov", [False, True])
 def test_momentum_matches_heavy_ball(tmp_path, nesterov):
     eta, beta = 0.7, 0.9
-    loop = loop_for("fedavgm", [f"method.server_lr={eta}", f"method.server_momentum={beta}",
+    loop = loop_for("fedavg_server_momentum", [f"method.server_lr={eta}", f"method.server_momentum={beta}",
                                 f"+method.server_nesterov={str(nesterov).lower()}"], tmp_path)
     buf = {"v": torch.zeros(D, dtype=torch.float64)}
 

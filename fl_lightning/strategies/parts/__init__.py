@@ -17,3 +17,7 @@ from .preconditioner_drift import PreconditionerDrift
 from .sophia_hessian import SophiaHessian
 
 __all__ += ["PreconditionedMixing", "PreconditionerDrift", "SophiaHessian"]
+# first-order baselines (issue 15)
+from .proximal_term import ProximalTerm
+
+__all__ += ["ProximalTerm"]

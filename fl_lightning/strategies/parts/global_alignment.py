@@ -22,7 +22,15 @@ implemented as in spec 004 §3.5.4 (paper way, [REC]):
 the mean step count of last round's clients, uploaded as a 0-d tensor).
 
 Options: ``alpha`` (paper default 0.5; 0 = no alignment, ablation A2), ``scale_optimizer_lr`` (default true: the
-(1-α) factor on the optimizer; false = the optimizer keeps its own lr).
+(1-α) factor on the optimizer; false = the optimizer keeps its own lr: FedLADA's code adds γ·D/K on top of a full
+Adam step), ``scale_weight_decay`` (default true: the weight decay rides on the scaled lr, so it shrinks by (1-α) too,
+AMBIG-5 / 001/#13; false divides the groups' ``weight_decay`` by (1-α) so the decay stays η·λ·x: FedCM as spec 001
+§5.3 and seed 004's vision code write it, x ← x − η((1−γ)g + γD + λx)), ``init`` (Δ_G^0: ``zero``, AMBIG-9; ``grad`` = (1/n) Σ_i ∇F_i(x^0; ξ_i), the mean over ALL clients of one
+probe minibatch gradient at x^0, taken at setup: Cheng, Huang, Wu & Yuan's FedAvg-M, spec 003 B3's g^0).
+
+The same part is the global momentum of FedCM (Xu, Wang, Wang & Qi 2021, arXiv 2106.10874: d = α_cm g + (1−α_cm)Δ,
+so ``alpha`` = 1 − α_cm) and of FedAvg-M (Cheng et al., ICLR 2024, arXiv 2306.16504, Alg. 1:
+g_i = β∇F_i + (1−β)g^r, so ``alpha`` = 1 − β, ``init: grad``).
 
 Downlink: Δ_G (1 model-sized tensor over the trainable params).
 """
@@ -36,12 +44,19 @@ from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 
 
 class GlobalAlignment(Part):
-    def __init__(self, alpha: float = 0.5, lr: float = 1.0, scale_optimizer_lr: bool = True):
+    INITS = ("zero", "grad")
+
+    def __init__(self, alpha: float = 0.5, lr: float = 1.0, scale_optimizer_lr: bool = True, init: str = "zero",
+                 scale_weight_decay: bool = True):
+        if init not in self.INITS:
+            raise ConfigError("init", f"unknown value {init!r}", "use zero (Δ_G^0 = 0) or grad (mean gradient at x^0)")
+        self.init = init
         if not 0.0 <= float(alpha) < 1.0:
             raise ConfigError("alpha", f"alignment weight must be in [0, 1), got {alpha}", "use 0.5 (the paper's)")
         if float(lr) <= 0:
             raise ConfigError("lr", f"must be > 0, got {lr}", "set it to the local learning rate")
         self.alpha, self.lr, self.scale_opt = float(alpha), float(lr), bool(scale_optimizer_lr)
+        self.scale_wd = bool(scale_weight_decay)
         self.prev_x: dict[str, Tensor] = {}
         self.prev_factor = 0.0
         self.prev_K = 0.0
@@ -52,6 +67,18 @@ class GlobalAlignment(Part):
         self.server = server
         self.names = list(server.trainable)
         self.DG = {n: torch.zeros_like(server.global_params[n]) for n in self.names}
+        self.G0: dict[str, Tensor] = {}
+        if self.init == "grad":
+            if server.probe_gradient is None:
+                raise self.error("init", "init=grad needs the loop's probe_gradient", "run through FederatedLoop, or "
+                                 "set init=zero")
+            total = {n: torch.zeros_like(self.DG[n]) for n in self.names}
+            for cid in server.owned_clients:
+                g = server.probe_gradient(cid)
+                for n in self.names:
+                    total[n].add_(g[n].to(total[n].dtype))
+            reduce = server.all_reduce_sum or (lambda t: t)
+            self.G0 = {n: reduce(t) / server.num_clients for n, t in total.items()}
 
     def _lr_factor(self, r: int) -> float:
         return float(self.server.lr_factor(r)) if self.server.lr_factor is not None else 1.0
@@ -63,6 +90,9 @@ class GlobalAlignment(Part):
             denom = K * self.lr * self.prev_factor
             for n in self.names:
                 self.DG[n] = (self.prev_x[n] - x[n]) / denom  # -(x^r - x^{r-1}) / (K η_{r-1})
+        elif self.G0 and not self.prev_x:  # round 0 with init=grad (a resumed run has prev_x and never gets here)
+            for n in self.names:
+                self.DG[n].copy_(self.G0[n])
         else:
             for t in self.DG.values():
                 t.zero_()
@@ -91,6 +121,8 @@ class GlobalAlignment(Part):
         if self.scale_opt:
             for g in client.optimizer.param_groups:
                 g["lr"] = g["lr"] * (1.0 - self.alpha)
+                if not self.scale_wd and g.get("weight_decay"):
+                    g["weight_decay"] = g["weight_decay"] / (1.0 - self.alpha)  # (η(1−α))·(λ/(1−α)) = ηλ
         step = self.lr * client.lr_factor * self.alpha  # η_r·α
         client.scratch[self.name] = {n: client.received[self.key(f"DG/{n}")] for n in self.names} if step else {}
         client.scratch[self.name + "/step"] = step

@@ -18,6 +18,12 @@ step are the ModelAverage part (η_g = 1 with ``rule: mean``).
     FedMuon reduces to with lmo → -G and α = 1 (spec 000 §4.1, A20); used by the identity tests.
   * ``option1``: c_i⁺ = ∇F_i(x; ξ') at the received server model x on a fresh minibatch (the paper's option I;
     one extra gradient per round, taken at ``client_start`` through ``ClientContext.extra_gradient``).
+
+``correction_applied`` (default true). ``false`` reproduces the released code of seeds 001 and 004 (spec 001 §5.2
+[C], 001/#19; spec 004 §3.6 [CODE], AMBIG-10): they add the correction to the loss as ``(p * (c - c_i)).sum().item()``,
+a constant, so it never reaches the gradient and the local steps are plain SGD (why their SCAFFOLD ties FedAvg);
+c, c_i are still computed and both still travel. Their c_i kept per Ray actor (10 actors for 100 clients) instead
+of per client is not reproduced. Only for reproducing those tables; never the default.
 """
 from __future__ import annotations
 
@@ -32,12 +38,15 @@ from .control_variate import ServerControlVariate
 class ScaffoldCorrection(ServerControlVariate):
     CONTROLS = ("mean_grad", "option2", "last_grad", "option1")
 
-    def __init__(self, control: str = "mean_grad"):
+    def __init__(self, control: str = "mean_grad", correction_applied: bool = True):
         if control not in self.CONTROLS:
             raise ConfigError("control", f"unknown control-variate rule {control!r}",
                               f"use one of {', '.join(self.CONTROLS)}")
+        if not isinstance(correction_applied, bool):
+            raise ConfigError("correction_applied", f"expected true or false, got {correction_applied!r}",
+                              "use true (SCAFFOLD) or false (the released codes' inert correction)")
         super().__init__()
-        self.control = control
+        self.control, self.applied = control, correction_applied
 
     @property
     def c(self) -> dict[str, Tensor]:
@@ -73,7 +82,8 @@ class ScaffoldCorrection(ServerControlVariate):
                 s["acc"][n].add_(p.grad)
             elif self.control == "last_grad":
                 s["acc"][n].copy_(p.grad)
-            p.grad.add_(corr)
+            if self.applied:
+                p.grad.add_(corr)
 
     def _lrs(self, client: ClientContext) -> dict[int, float]:
         out = {}
