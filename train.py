@@ -4,7 +4,7 @@ import sys
 
 import hydra
 
-from fl_lightning.cli import check_groups, check_resume, run
+from fl_lightning.cli import check_groups, check_keys, check_resume, run
 
 CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 
@@ -17,4 +17,5 @@ def main(cfg):
 if __name__ == "__main__":
     check_groups(sys.argv[1:], CONF)
     check_resume(sys.argv[1:])
+    check_keys(sys.argv[1:], CONF)
     main()

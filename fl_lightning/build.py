@@ -30,6 +30,9 @@ _NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "loggers"
 
 
 def validate(cfg: DictConfig) -> None:
+    from .settings import check_settings
+
+    check_settings(cfg)
     fl = cfg.fl
 
     def need(ok: bool, key: str, problem: str, fix: str):
@@ -52,6 +55,11 @@ def validate(cfg: DictConfig) -> None:
     need(int(fl.get("eval_every", 1)) >= 1, "fl.eval_every", "must be >= 1", "set fl.eval_every=1")
     need(fl.get("lr_schedule", "constant") in ("constant", "cosine"), "fl.lr_schedule",
          f"unknown schedule {fl.get('lr_schedule')!r}", "use constant or cosine")
+    acc = str(cfg.trainer.get("accelerator", "auto"))
+    need(acc in ("auto", "cpu", "gpu", "cuda", "mps", "tpu"), "trainer.accelerator", f"unknown accelerator {acc!r}",
+         "use auto, cpu or gpu")
+    need(acc not in ("gpu", "cuda") or torch.cuda.is_available(), "trainer.accelerator",
+         f"{acc} asked for but no CUDA GPU is visible to this process", "use trainer.accelerator=cpu (or auto)")
     prec = str(cfg.trainer.precision)
     need(prec in ("32-true", "32", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true"), "trainer.precision",
          f"unknown precision {prec!r}", "use 32-true, bf16-mixed, bf16-true or 64-true")

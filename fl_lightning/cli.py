@@ -53,6 +53,39 @@ def check_groups(argv: list[str], conf_dir: str) -> None:
             fail(f"unknown {key} {val!r}; valid: {', '.join(names)} (files in conf/{key}/)")
 
 
+def check_keys(argv: list[str], conf_dir: str) -> None:
+    """``fl.num_client=5`` (a key that does not exist, without ``+``): one line naming the closest key, before
+    Hydra's longer report. Only when the overrides compose from conf/ alone (no ``hydra.searchpath``)."""
+    if any(a.lstrip("+").startswith("hydra.searchpath") for a in argv):
+        return
+    argv = [a for a in argv if not a.lstrip("+~").startswith("hydra.") and "=" in a]
+    import re
+
+    from hydra import compose, initialize_config_dir
+
+    from .settings import closest_key
+
+    try:
+        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+            try:
+                compose(config_name="config", overrides=list(argv))
+                return
+            except Exception as err:
+                m = re.search(r"Could not override '([^']+)'", str(err))
+                if not m or "To append to your config" not in str(err):
+                    return  # another composition problem: Hydra reports it
+                key = m.group(1)
+                rest = [a for a in argv if _okey(a) != key]
+                try:
+                    near = closest_key(compose(config_name="config", overrides=rest), key)
+                except Exception:
+                    near = None
+    except Exception:
+        return
+    hint = f"did you mean {near}? " if near else ""
+    fail(f"config error: {key}: no such key; fix: {hint}(a new key needs a leading +, e.g. +{key}=...)")
+
+
 def check_resume(argv: list[str]) -> None:
     """``resume=DIR`` names the run directory Hydra is about to use: check it exists before Hydra creates it."""
     for arg in argv:

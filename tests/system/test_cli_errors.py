@@ -37,6 +37,15 @@ def test_unknown_group_lists_valid_names(group, bad, tmp_path):
     ("fl.rounds=0", "fl.rounds"),
     ("fl.num_clients=5000", "fl.num_clients"),   # digits has 1,437 training images: clients left with no data
     ("trainer.precision=17-mixed", "trainer.precision"),
+    ("fl.rounds=abc", "fl.rounds"),
+    ("fl.rounds=2.5", "fl.rounds"),
+    ("seed=-1", "seed"),
+    ("data.eval_batch_size=-1", "data.eval_batch_size"),
+    ("trainer.devices=0", "trainer.devices"),
+    ("trainer.accelerator=tpu9", "trainer.accelerator"),
+    ("stop_after_rounds=0", "stop_after_rounds"),
+    ("fl.num_client=5", "did you mean fl.num_clients"),     # an unknown key: one line, not Hydra's six
+    ("model.hidden=64", "did you mean model.net.hidden"),
 ])
 def test_bad_values(override, key, tmp_path):
     extra = ["data/partition=iid"] if "num_clients" in override else []
