@@ -93,6 +93,7 @@ def _sizes(cfg) -> dict[str, float]:
         rows, cols = p.shape[0], math.prod(p.shape[1:])
         r = svd_rank(rows, cols, cfg.method.get("svd_mode", "storage_frac"), float(cfg.method.get("svd_frac", 0.05)))
         m_svd += (rows * r + r + r * cols) * 4
+    # nT: the number of trainable tensors (per-tensor scales of a codec, e.g. Quantize's max|v|)
     # SOAP's Kronecker factors (seed 001's Θ = {L, R}): one n×n factor per dimension of every ndim >= 2 param,
     # dense (LR) or as rank-r SVD factors of each (LR_svd)
     factors = [n for p in mats for n in p.shape]
@@ -101,7 +102,7 @@ def _sizes(cfg) -> dict[str, float]:
         r = svd_rank(n, n, cfg.method.get("svd_mode", "storage_frac"), float(cfg.method.get("svd_frac", 0.05)))
         lr_svd += (2 * n * r + r) * 4
     return {"P": sum(p.numel() * 4 for p in ps), "M": sum(p.numel() * 4 for p in mats), "M_svd": m_svd,
-            "V": sum(p.numel() * 4 for p in vecs), "nV": len(vecs), "LR": sum(n * n * 4 for n in factors),
+            "V": sum(p.numel() * 4 for p in vecs), "nV": len(vecs), "nT": len(ps), "LR": sum(n * n * 4 for n in factors),
             "LR_svd": lr_svd}
 
 

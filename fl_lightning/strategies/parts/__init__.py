@@ -17,3 +17,7 @@ from .preconditioner_drift import PreconditionerDrift
 from .sophia_hessian import SophiaHessian
 
 __all__ += ["PreconditionedMixing", "PreconditionerDrift", "SophiaHessian"]
+# sign uploads (seed 002)
+from .magnitude_uniformity import MagnitudeUniformity
+
+__all__ += ["MagnitudeUniformity"]
