@@ -24,7 +24,9 @@ LEARN_LR = {"local_muon": ["method.lr=0.05"], "fedmuon_bc": ["method.lr=0.05"], 
             "fedpac_soap": ["method.lr=0.01"], "fedpac_sophia": ["method.lr=0.01"],
             "fedpac_soap_light": ["method.lr=0.01"], "fedpac_sophia_light": ["method.lr=0.01"],
             "fedpac_soap_align_only": ["method.lr=0.01"], "fedpac_soap_correct_only": ["method.lr=0.01"],
-            "fedpm": ["method.lr=0.01"]}
+            "fedpm": ["method.lr=0.01"],
+            # sign / b-bit uploads move each coordinate by at most gamma1 per round (0.015 in the yaml)
+            "fedsmu_3bit": ["method.gamma1=0.05"], "fedsmu_8bit": ["method.gamma1=0.05"]}
 
 
 def test_every_method_is_covered():

@@ -173,3 +173,98 @@ def test_t5_fixed_points_differ(tmp_path):
     x_smu, _ = _t5_loop(tmp_path / "smu", "fedsmu", ["method.lr=0.05", "method.gamma1=0.02", "method.gamma2=0.01"],
                         rounds=200)
     assert -1.05 < x_smu < -0.9
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Alg. 1 with several clients and persistent momenta, against the recursion written out (2 clients, 4-D quadratics)
+# ---------------------------------------------------------------------------------------------------------------
+QA = torch.tensor([[1.0, 0.5, 2.0, 0.2], [0.3, 1.5, 1.0, 2.5]], dtype=torch.float64)
+QC = torch.tensor([[1.0, -2.0, 0.5, 3.0], [-1.0, 1.0, 2.0, -0.5]], dtype=torch.float64)
+QX0 = torch.tensor([0.3, -0.4, 0.1, 0.2], dtype=torch.float64)
+QK, QETA = 3, 0.1
+
+
+class QVec(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(QX0.clone())
+
+
+def _q_local(x, i):
+    w = x.clone()
+    for _ in range(QK):
+        w = w - QETA * QA[i] * (w - QC[i])
+    return w
+
+
+def _q_loop(tmp_path, method, overrides, rounds):
+    cfg = method_config(method, [f"method.lr={QETA}", *overrides])
+    data = FakeData(lambda c, r, k: {"a": QA[c][None].clone(), "c": QC[c][None].clone()}, 2)
+    loop = make_loop(build(cfg), LossModule(QVec(), lambda n, b: 0.5 * (b["a"] * (n.w - b["c"]) ** 2).sum()), data,
+                     tmp_path, num_clients=2, per_round=2, rounds=rounds, local_steps=QK)
+    loop.setup()
+    return loop
+
+
+@pytest.mark.parametrize("method,combine", [
+    ("fedsmu", lambda us: sum(us) / len(us)),            # Alg. 1 line 16: the mean of the signs
+    ("fedsmu_mv", lambda us: torch.sign(sum(us))),       # spec §3.10: the majority vote (2 clients: ties -> 0)
+])
+def test_alg1_recursion_with_persistent_momenta(tmp_path, method, combine):
+    g1, g2, b1, b2, rounds = 0.05, 0.2, 0.9, 0.8, 8
+    loop = _q_loop(tmp_path, method, [f"method.gamma1={g1}", f"method.gamma2={g2}", f"method.beta1={b1}",
+                                      f"method.beta2={b2}"], rounds)
+    x, ms = QX0.clone(), [torch.zeros(4, dtype=torch.float64) for _ in range(2)]
+    ties = 0
+    for r in range(rounds):
+        us = []
+        for i in range(2):
+            g = _q_local(x, i) - x
+            us.append(torch.sign(b1 * ms[i] + (1 - b1) * g))
+            ms[i] = b2 * ms[i] + (1 - b2) * g
+        ties += int((sum(us) == 0).sum())
+        x = x + g1 * (combine(us) - g2 * x)
+        loop.run_round(r)
+        torch.testing.assert_close(loop.global_params["net.w"], x, rtol=1e-12, atol=1e-12, msg=f"round {r + 1}")
+    assert ties > 0  # the clients disagree somewhere, so mean and vote differ
+
+
+def test_three_bit_variant_quantizes_the_interpolation(tmp_path):
+    """fedsmu_3bit: u = the 2^3 levels of [-1, 1] nearest to v / max|v| (spec §3.11 as implemented, 002/#20)."""
+    g1, g2, b1, b2, rounds = 0.05, 0.2, 0.9, 0.8, 5
+    loop = _q_loop(tmp_path, "fedsmu_3bit", [f"method.gamma1={g1}", f"method.gamma2={g2}", f"method.beta1={b1}",
+                                             f"method.beta2={b2}"], rounds)
+    levels = torch.tensor([-1 + 2 * j / 7 for j in range(8)], dtype=torch.float64)
+    x, ms = QX0.clone(), [torch.zeros(4, dtype=torch.float64) for _ in range(2)]
+    for r in range(rounds):
+        us = []
+        for i in range(2):
+            g = _q_local(x, i) - x
+            v = b1 * ms[i] + (1 - b1) * g
+            y = v / v.abs().max()
+            us.append(levels[(y[:, None] - levels).abs().argmin(dim=1)])
+            ms[i] = b2 * ms[i] + (1 - b2) * g
+        x = x + g1 * (sum(us) / 2 - g2 * x)
+        loop.run_round(r)
+        torch.testing.assert_close(loop.global_params["net.w"], x, rtol=1e-12, atol=1e-12, msg=f"round {r + 1}")
+
+
+def test_fedef_sign_composition_is_alg3(tmp_path):
+    """FedAvg with codec ErrorFeedback(ScaledSign) is spec 002 Alg. 3 (FedEF-Sign, eta_g = 1, uniform weights):
+    Delta_i = C(g_i + e_i), e_i <- e_i + g_i - Delta_i, x <- x + mean Delta_i, C(z) = (||z||_1 / d) sign(z)."""
+    rounds = 6
+    loop = _q_loop(tmp_path, "fedavg", ["method.parts.aggregation.weighting=uniform",
+                                        "+method.parts.aggregation.codec._target_=fl_lightning.codecs.ErrorFeedback",
+                                        "+method.parts.aggregation.codec.inner._target_=fl_lightning.codecs.ScaledSign"],
+                   rounds)
+    x, es = QX0.clone(), [torch.zeros(4, dtype=torch.float64) for _ in range(2)]
+    for r in range(rounds):
+        deltas = []
+        for i in range(2):
+            z = _q_local(x, i) - x + es[i]
+            c = z.abs().mean() * torch.sign(z)
+            es[i] = z - c
+            deltas.append(c)
+        x = x + sum(deltas) / 2
+        loop.run_round(r)
+        torch.testing.assert_close(loop.global_params["net.w"], x, rtol=1e-12, atol=1e-12, msg=f"round {r + 1}")

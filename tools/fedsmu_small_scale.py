@@ -1,0 +1,152 @@
+"""Small-scale evidence for FedSMU (seed 002; issue 13 item 7): accuracy against cumulative uplink bits on the
+embedded digits data at Dirichlet alpha 0.25, FedSMU vs FedAvg vs FedEF-Sign (FedAvg's upload through
+ErrorFeedback(ScaledSign)), with FedSMU-MV and the 3-/8-bit variants.
+
+Two steps, each reproducible on its own:
+
+    python tools/fedsmu_small_scale.py run --seeds 0 1 2 --jobs 2      # train.py runs into --out (one dir each)
+    python tools/fedsmu_small_scale.py report                          # table (markdown) + PNG from those dirs
+
+``run`` launches ``python train.py method=... data.partition.alpha=0.25 seed=... hydra.run.dir=<out>/<tag>`` in
+subprocesses (the real CLI); ``report`` reads every ``<out>/<tag>/metrics.csv`` and ``summary.json`` and prints the
+table (mean ± sd over seeds of the final and best test accuracy, the uplink, and the best accuracy reached within
+uplink budgets) and writes the plot (test accuracy against cumulative uplink bits, log scale, mean over seeds with
+the min–max band). ``--lr-grid`` runs the seed-0 local-lr grid of FedSMU and FedAvg instead (``report --grid``).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EF_SIGN = ["+method.parts.aggregation.codec._target_=fl_lightning.codecs.ErrorFeedback",
+           "+method.parts.aggregation.codec.inner._target_=fl_lightning.codecs.ScaledSign"]
+# (label, tag, method, overrides); lrs are each method's yaml value unless given here (see docs/fedsmu_small_scale.md)
+RUNS = [
+    ("FedAvg", "fedavg", "fedavg", ["method.lr=0.2"]),
+    ("FedEF-Sign", "fedef_sign", "fedavg", ["method.lr=0.2", *EF_SIGN]),
+    ("FedSMU", "fedsmu", "fedsmu", []),
+    ("FedSMU-MV", "fedsmu_mv", "fedsmu_mv", []),
+    ("FedSMU 3-bit", "fedsmu_3bit", "fedsmu_3bit", []),
+    ("FedSMU 8-bit", "fedsmu_8bit", "fedsmu_8bit", []),
+    ("FedSMU, 120 rounds", "fedsmu_r120", "fedsmu", ["fl.rounds=120"]),
+]
+GRID = [(f"{m} lr={lr}", f"grid_{m}_lr{lr}", m, [f"method.lr={lr}"])
+        for m, lrs in (("fedsmu", (1.0, 0.5, 0.2, 0.1, 0.05, 0.02)), ("fedavg", (0.2, 0.1, 0.05, 0.02))) for lr in lrs]
+BUDGETS_MB = (0.5, 2.0, 8.0, 67.9)  # uplink budgets (MB) for the "best accuracy within budget" columns
+
+
+def command(method, overrides, alpha, seed, rounds, run_dir):
+    return [sys.executable, "train.py", f"method={method}", f"data.partition.alpha={alpha}", f"fl.rounds={rounds}",
+            f"seed={seed}", "trainer.progress=false", "checkpoint.every=100000", f"hydra.run.dir={run_dir}", *overrides]
+
+
+def one_run(method, overrides, alpha, seed, rounds, run_dir):
+    cmd = command(method, overrides, alpha, seed, rounds, run_dir)
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+               MKL_NUM_THREADS=os.environ.get("MKL_NUM_THREADS", "1"))
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    print(f"{time.perf_counter() - t0:6.1f} s  python {' '.join(cmd[1:])}", flush=True)
+
+
+def read_run(run_dir):
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if r.get("test_acc")]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    bits = [float(r["uplink_bits"]) for r in rows]
+    acc = [float(r["test_acc"]) for r in rows]
+    return bits, acc, summary
+
+
+def ms(xs, scale=100.0, nd=1):
+    if len(xs) == 1:
+        return f"{scale * xs[0]:.{nd}f}"
+    return f"{scale * statistics.mean(xs):.{nd}f} ± {scale * statistics.stdev(xs):.{nd}f}"
+
+
+def report(runs, out, seeds, png, title):
+    lines = ["| method | rounds | final test acc (%) | best test acc (%) | uplink MB per run | "
+             + " | ".join(f"best acc (%) within {b:g} MB up" for b in BUDGETS_MB) + " |",
+             "|" + " --- |" * (5 + len(BUDGETS_MB))]
+    curves = {}
+    for label, tag, _, _ in runs:
+        per_seed = []
+        for s in seeds:
+            d = os.path.join(out, f"{tag}_s{s}")
+            if os.path.exists(os.path.join(d, "summary.json")):
+                per_seed.append(read_run(d))
+        if not per_seed:
+            continue
+        finals = [a[-1] for _, a, _ in per_seed]
+        bests = [max(a) for _, a, _ in per_seed]
+        up_mb = statistics.mean(b[-1] for b, _, _ in per_seed) / 8e6
+        within = []
+        for budget in BUDGETS_MB:
+            vals = [max([a for b, a in zip(bb, aa) if b / 8e6 <= budget], default=float("nan")) for bb, aa, _ in per_seed]
+            within.append("—" if any(v != v for v in vals) else ms(vals))
+        rounds = per_seed[0][2]["rounds_done"]
+        lines.append(f"| {label} | {rounds} | {ms(finals)} | {ms(bests)} | {up_mb:.2f} | " + " | ".join(within) + " |")
+        curves[label] = per_seed
+    print(f"seeds {', '.join(map(str, seeds))} ({len(seeds)} runs per row unless a seed is missing)\n")
+    print("\n".join(lines))
+    if png and curves:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7.5, 4.5))
+        for label, per_seed in curves.items():
+            n = min(len(a) for _, a, _ in per_seed)
+            x = [b / 8e6 for b in per_seed[0][0][:n]]  # the same bits on every seed (exact counts)
+            ys = list(zip(*[a[:n] for _, a, _ in per_seed]))
+            mean = [statistics.mean(y) for y in ys]
+            ax.plot(x, mean, label=f"{label} ({len(per_seed)} seeds)", lw=1.5)
+            ax.fill_between(x, [min(y) for y in ys], [max(y) for y in ys], alpha=0.15)
+        ax.set_xscale("log")
+        ax.set_xlabel("cumulative uplink (MB, all clients)")
+        ax.set_ylabel("test accuracy")
+        ax.set_ylim(0, 1)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(png, dpi=120)
+        print(f"\nwrote {png}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("action", choices=["run", "report"])
+    ap.add_argument("--grid", action="store_true", help="the seed-0 local-lr grid instead of the comparison")
+    ap.add_argument("--alpha", type=float, default=0.25)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--jobs", type=int, default=2, help="runs in parallel (each with OMP_NUM_THREADS=1)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "outputs", "fedsmu_small_scale"))
+    ap.add_argument("--png", default=os.path.join(ROOT, "docs", "fedsmu_small_scale.png"))
+    args = ap.parse_args(argv)
+    runs = GRID if args.grid else RUNS
+    seeds = [0] if args.grid else args.seeds
+    if args.action == "run":
+        jobs = [(m, o, args.alpha, s, args.rounds, os.path.join(args.out, f"{tag}_s{s}"))
+                for _, tag, m, o in runs for s in seeds]
+        with ThreadPoolExecutor(args.jobs) as ex:
+            list(ex.map(lambda j: one_run(*j), jobs))
+    else:
+        report(runs, args.out, seeds, None if args.grid else args.png,
+               f"digits, 16 clients (8 per round), Dirichlet {args.alpha}, K = 10, seeds {seeds}")
+
+
+if __name__ == "__main__":
+    main()
