@@ -34,12 +34,20 @@ RUNS = [
     ("FedEF-Sign", "fedef_sign", "fedavg", ["method.lr=0.2", *EF_SIGN]),
     ("FedSMU", "fedsmu", "fedsmu", []),
     ("FedSMU-MV", "fedsmu_mv", "fedsmu_mv", []),
+    ("FedSMU-MV, η = 0.2", "fedsmu_mv_lr0.2", "fedsmu_mv", ["method.lr=0.2"]),
     ("FedSMU 3-bit", "fedsmu_3bit", "fedsmu_3bit", []),
     ("FedSMU 8-bit", "fedsmu_8bit", "fedsmu_8bit", []),
     ("FedSMU, 120 rounds", "fedsmu_r120", "fedsmu", ["fl.rounds=120"]),
 ]
 GRID = [(f"{m} lr={lr}", f"grid_{m}_lr{lr}", m, [f"method.lr={lr}"])
         for m, lrs in (("fedsmu", (1.0, 0.5, 0.2, 0.1, 0.05, 0.02)), ("fedavg", (0.2, 0.1, 0.05, 0.02))) for lr in lrs]
+MU_ON = ["+method.parts.mu._target_=fl_lightning.strategies.parts.MagnitudeUniformity"]
+# the Magnitude Uniformity index (spec 002 §5, T6) on the last hidden layer's bias (128 units of the digits CNN), seed 0
+MU_RUNS = [(f"{label}, alpha {a:g}", f"mu_{tag}_a{a:g}", m, o, a)
+           for a in (0.1, 0.25, 1.0, 10.0)
+           for label, tag, m, o in (("FedAvg", "fedavg", "fedavg", ["method.lr=0.2", *MU_ON]),
+                                    ("FedSMU", "fedsmu", "fedsmu", ["method.log_mu=true"]),
+                                    ("FedSMU sign_zero=+1", "fedsmu_plus", "fedsmu", ["method.log_mu=true", "method.sign_zero=+1"]))]
 BUDGETS_MB = (0.54, 2.13, 17.0, 67.9)  # uplink budgets (MB): 10 and 40 rounds of FedSMU, 10 and 40 of FedAvg
 TARGET = 0.90  # "uplink MB to reach 90 % test accuracy" column
 
@@ -50,13 +58,22 @@ def command(method, overrides, alpha, seed, rounds, run_dir):
 
 
 def one_run(method, overrides, alpha, seed, rounds, run_dir):
+    """One train.py run; skipped when its summary.json exists; a failed run (e.g. a NaN loss) leaves failed.txt with
+    the CLI's error line instead of stopping the others."""
+    if os.path.exists(os.path.join(run_dir, "summary.json")):
+        return
     cmd = command(method, overrides, alpha, seed, rounds, run_dir)
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
                MKL_NUM_THREADS=os.environ.get("MKL_NUM_THREADS", "1"))
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")] or proc.stderr.splitlines()[-1:]
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "failed.txt"), "w") as f:
+            f.write(f"python {' '.join(cmd[1:])}\n{lines[-1] if lines else proc.returncode}\n")
+        print(f"FAILED python {' '.join(cmd[1:])}: {lines[-1] if lines else proc.returncode}", flush=True)
+        return
     print(f"{time.perf_counter() - t0:6.1f} s  python {' '.join(cmd[1:])}", flush=True)
 
 
@@ -81,13 +98,19 @@ def report(runs, out, seeds, png, title):
              + " | ".join(f"best acc (%) within {b:g} MB up" for b in BUDGETS_MB)
              + f" | uplink MB to reach {100 * TARGET:g} % (rounds) |",
              "|" + " --- |" * (6 + len(BUDGETS_MB))]
-    curves = {}
+    curves, notes = {}, []
     for label, tag, _, _ in runs:
-        per_seed = []
+        per_seed, failed = [], []
         for s in seeds:
             d = os.path.join(out, f"{tag}_s{s}")
             if os.path.exists(os.path.join(d, "summary.json")):
                 per_seed.append(read_run(d))
+            elif os.path.exists(os.path.join(d, "failed.txt")):
+                with open(os.path.join(d, "failed.txt")) as f:
+                    failed.append(f"seed {s}: {f.read().splitlines()[-1].removeprefix('error: ')}")
+        if failed:
+            notes.append(f"{label}: " + "; ".join(failed))
+            label = f"{label} ({len(per_seed)} of {len(seeds)} seeds)"
         if not per_seed:
             continue
         finals = [a[-1] for _, a, _ in per_seed]
@@ -109,6 +132,8 @@ def report(runs, out, seeds, png, title):
         curves[label] = per_seed
     print(f"seeds {', '.join(map(str, seeds))} ({len(seeds)} runs per row unless a seed is missing)\n")
     print("\n".join(lines))
+    for n in notes:
+        print(f"\nfailed: {n}")
     if png and curves:
         import matplotlib
         matplotlib.use("Agg")
@@ -134,10 +159,26 @@ def report(runs, out, seeds, png, title):
         print(f"\nwrote {png}")
 
 
+def mu_report(out):
+    print("| run (seed 0, 40 rounds) | Φ/d_sub, mean over rounds | rounds 1–10 | rounds 31–40 | final test acc (%) |")
+    print("| --- | --- | --- | --- | --- |")
+    for label, tag, _, _, _ in MU_RUNS:
+        d = os.path.join(out, f"{tag}_s0")
+        if not os.path.exists(os.path.join(d, "summary.json")):
+            continue
+        with open(os.path.join(d, "metrics.csv")) as f:
+            rows = list(csv.DictReader(f))
+        mu = [float(r["mu_frac"]) for r in rows if r.get("mu_frac")]
+        acc = [float(r["test_acc"]) for r in rows if r.get("test_acc")]
+        print(f"| {label} | {statistics.mean(mu):.3f} | {statistics.mean(mu[:10]):.3f} | {statistics.mean(mu[-10:]):.3f} "
+              f"| {100 * acc[-1]:.1f} |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=["run", "report"])
     ap.add_argument("--grid", action="store_true", help="the seed-0 local-lr grid instead of the comparison")
+    ap.add_argument("--mu", action="store_true", help="the seed-0 MU-index runs over alpha instead of the comparison")
     ap.add_argument("--alpha", type=float, default=0.25)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -145,6 +186,14 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(ROOT, "outputs", "fedsmu_small_scale"))
     ap.add_argument("--png", default=os.path.join(ROOT, "docs", "fedsmu_small_scale.png"))
     args = ap.parse_args(argv)
+    if args.mu:
+        if args.action == "run":
+            jobs = [(m, o, a, 0, args.rounds, os.path.join(args.out, f"{tag}_s0")) for _, tag, m, o, a in MU_RUNS]
+            with ThreadPoolExecutor(args.jobs) as ex:
+                list(ex.map(lambda j: one_run(*j), jobs))
+        else:
+            mu_report(args.out)
+        return
     runs = GRID if args.grid else RUNS
     seeds = [0] if args.grid else args.seeds
     if args.action == "run":
