@@ -108,6 +108,7 @@ def report(runs, out, seeds, png, title):
             elif os.path.exists(os.path.join(d, "failed.txt")):
                 with open(os.path.join(d, "failed.txt")) as f:
                     failed.append(f"seed {s}: {f.read().splitlines()[-1].removeprefix('error: ')}")
+        name = label
         if failed:
             notes.append(f"{label}: " + "; ".join(failed))
             label = f"{label} ({len(per_seed)} of {len(seeds)} seeds)"
@@ -129,7 +130,7 @@ def report(runs, out, seeds, png, title):
         rounds = per_seed[0][2]["rounds_done"]
         lines.append(f"| {label} | {rounds} | {ms(finals)} | {ms(bests)} | {up_mb:.2f} | " + " | ".join(within)
                      + f" | {reach} |")
-        curves[label] = per_seed
+        curves[name] = per_seed
     print(f"seeds {', '.join(map(str, seeds))} ({len(seeds)} runs per row unless a seed is missing)\n")
     print("\n".join(lines))
     for n in notes:
@@ -139,23 +140,27 @@ def report(runs, out, seeds, png, title):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(7.5, 4.5))
-        for label, per_seed in curves.items():
+        fig, (ax, axr) = plt.subplots(1, 2, figsize=(12, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+        for k, (label, per_seed) in enumerate(curves.items()):
             n = min(len(a) for _, a, _ in per_seed)
             x = [b / 8e6 for b in per_seed[0][0][:n]]  # the same bits on every seed (exact counts)
             ys = list(zip(*[a[:n] for _, a, _ in per_seed]))
             mean = [statistics.mean(y) for y in ys]
-            ax.plot(x, mean, label=f"{label} ({len(per_seed)} seeds)", lw=1.5)
-            ax.fill_between(x, [min(y) for y in ys], [max(y) for y in ys], alpha=0.15)
+            color, style = f"C{k}", "--" if "120" in label else "-"
+            ax.plot(x, mean, style, color=color, label=f"{label} ({len(per_seed)} seeds)", lw=1.5)
+            ax.fill_between(x, [min(y) for y in ys], [max(y) for y in ys], color=color, alpha=0.12)
+            axr.plot(range(1, n + 1), mean, style, color=color, lw=1.5)
         ax.set_xscale("log")
-        ax.set_xlabel("cumulative uplink (MB, all clients)")
-        ax.set_ylabel("test accuracy")
-        ax.set_ylim(0, 1)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("cumulative uplink (MB = 10^6 bytes, all clients)")
+        axr.set_xlabel("round")
+        for a in (ax, axr):
+            a.set_ylabel("test accuracy (mean over seeds; band: min-max)")
+            a.set_ylim(0, 1)
+            a.grid(True, which="both", alpha=0.3)
+        fig.suptitle(title, fontsize=9)
         ax.legend(fontsize=8, loc="lower right")
         fig.tight_layout()
-        fig.savefig(png, dpi=120)
+        fig.savefig(png, dpi=110)
         print(f"\nwrote {png}")
 
 
