@@ -33,11 +33,13 @@ RUNS = [
     ("FedAvg", "fedavg", "fedavg", ["method.lr=0.2"]),
     ("FedEF-Sign", "fedef_sign", "fedavg", ["method.lr=0.2", *EF_SIGN]),
     ("FedSMU", "fedsmu", "fedsmu", []),
+    ("FedSMU, η = 0.2", "fedsmu_lr0.2", "fedsmu", ["method.lr=0.2"]),
     ("FedSMU-MV", "fedsmu_mv", "fedsmu_mv", []),
     ("FedSMU-MV, η = 0.2", "fedsmu_mv_lr0.2", "fedsmu_mv", ["method.lr=0.2"]),
     ("FedSMU 3-bit", "fedsmu_3bit", "fedsmu_3bit", []),
     ("FedSMU 8-bit", "fedsmu_8bit", "fedsmu_8bit", []),
     ("FedSMU, 120 rounds", "fedsmu_r120", "fedsmu", ["fl.rounds=120"]),
+    ("FedSMU, 120 rounds, η = 0.2", "fedsmu_r120_lr0.2", "fedsmu", ["fl.rounds=120", "method.lr=0.2"]),
 ]
 GRID = [(f"{m} lr={lr}", f"grid_{m}_lr{lr}", m, [f"method.lr={lr}"])
         for m, lrs in (("fedsmu", (1.0, 0.5, 0.2, 0.1, 0.05, 0.02)), ("fedavg", (0.2, 0.1, 0.05, 0.02))) for lr in lrs]
@@ -46,15 +48,18 @@ MU_ON = ["+method.parts.mu._target_=fl_lightning.strategies.parts.MagnitudeUnifo
 MU_RUNS = [(f"{label}, alpha {a:g}", f"mu_{tag}_a{a:g}", m, o, a)
            for a in (0.1, 0.25, 1.0, 10.0)
            for label, tag, m, o in (("FedAvg", "fedavg", "fedavg", ["method.lr=0.2", *MU_ON]),
-                                    ("FedSMU", "fedsmu", "fedsmu", ["method.log_mu=true"]),
-                                    ("FedSMU sign_zero=+1", "fedsmu_plus", "fedsmu", ["method.log_mu=true", "method.sign_zero=+1"]))]
+                                    ("FedSMU", "fedsmu", "fedsmu", ["method.lr=0.2", "method.log_mu=true"]),
+                                    ("FedSMU sign_zero=+1", "fedsmu_plus", "fedsmu",
+                                     ["method.lr=0.2", "method.log_mu=true", "method.sign_zero=+1"]))]
 BUDGETS_MB = (0.54, 2.13, 17.0, 67.9)  # uplink budgets (MB): 10 and 40 rounds of FedSMU, 10 and 40 of FedAvg
 TARGET = 0.90  # "uplink MB to reach 90 % test accuracy" column
 
 
 def command(method, overrides, alpha, seed, rounds, run_dir):
-    return [sys.executable, "train.py", f"method={method}", f"data.partition.alpha={alpha}", f"fl.rounds={rounds}",
-            f"seed={seed}", "trainer.progress=false", "checkpoint.every=100000", f"hydra.run.dir={run_dir}", *overrides]
+    if not any(o.startswith("fl.rounds=") for o in overrides):
+        overrides = [f"fl.rounds={rounds}", *overrides]
+    return [sys.executable, "train.py", f"method={method}", f"data.partition.alpha={alpha}", f"seed={seed}",
+            "trainer.progress=false", "checkpoint.every=100000", f"hydra.run.dir={run_dir}", *overrides]
 
 
 def one_run(method, overrides, alpha, seed, rounds, run_dir):
