@@ -26,7 +26,9 @@ LEARN_LR = {"local_muon": ["method.lr=0.05"], "fedmuon_bc": ["method.lr=0.05"], 
             "fedpac_soap_align_only": ["method.lr=0.01"], "fedpac_soap_correct_only": ["method.lr=0.01"],
             "fedpm": ["method.lr=0.01"], "fed_sophia": ["method.lr=0.01"],
             # FedAvg-M's 0.9 momentum across rounds overshoots within these 8 rounds (it is an EMA per ROUND)
-            "fedavgm": ["method.global_momentum=0.5"]}
+            "fedavgm": ["method.global_momentum=0.5"],
+            # sign / b-bit uploads move each coordinate by at most gamma1 per round (0.015 in the yaml)
+            "fedsmu_3bit": ["method.gamma1=0.05"], "fedsmu_8bit": ["method.gamma1=0.05"]}
 
 
 def test_every_method_is_covered():
@@ -95,6 +97,7 @@ def _sizes(cfg) -> dict[str, float]:
         rows, cols = p.shape[0], math.prod(p.shape[1:])
         r = svd_rank(rows, cols, cfg.method.get("svd_mode", "storage_frac"), float(cfg.method.get("svd_frac", 0.05)))
         m_svd += (rows * r + r + r * cols) * 4
+    # nT: the number of trainable tensors (per-tensor scales of a codec, e.g. Quantize's max|v|)
     # SOAP's Kronecker factors (seed 001's Θ = {L, R}): one n×n factor per dimension of every ndim >= 2 param,
     # dense (LR) or as rank-r SVD factors of each (LR_svd)
     factors = [n for p in mats for n in p.shape]
@@ -103,7 +106,7 @@ def _sizes(cfg) -> dict[str, float]:
         r = svd_rank(n, n, cfg.method.get("svd_mode", "storage_frac"), float(cfg.method.get("svd_frac", 0.05)))
         lr_svd += (2 * n * r + r) * 4
     return {"P": sum(p.numel() * 4 for p in ps), "M": sum(p.numel() * 4 for p in mats), "M_svd": m_svd,
-            "V": sum(p.numel() * 4 for p in vecs), "nV": len(vecs), "nP": len(ps), "LR": sum(n * n * 4 for n in factors),
+            "V": sum(p.numel() * 4 for p in vecs), "nV": len(vecs), "nP": len(ps), "nT": len(ps), "LR": sum(n * n * 4 for n in factors),
             "LR_svd": lr_svd}
 
 

@@ -2,8 +2,11 @@
 from .base import Codec, Dense, dense_bits
 from .clamp import Clamp
 from .error_feedback import ErrorFeedback
+from .lion_momentum import LionMomentum
 from .lowrank import LowRankSVD
-from .sign import Sign
+from .quantize import Quantize
+from .sign import ScaledSign, Sign
 from .topk import TopK
 
-__all__ = ["Clamp", "Codec", "Dense", "ErrorFeedback", "LowRankSVD", "Sign", "TopK", "dense_bits"]
+__all__ = ["Clamp", "Codec", "Dense", "ErrorFeedback", "LionMomentum", "LowRankSVD", "Quantize", "ScaledSign", "Sign",
+           "TopK", "dense_bits"]

@@ -5,19 +5,21 @@ returns the :class:`~fl_lightning.strategies.base.Msg` whose ``tensor`` is the r
 whose ``nbits`` is the exact number of bits that travelled. ``state`` is the sending client's persistent state
 (a ``{name: tensor}`` dict kept in the ClientStateStore), for codecs with memory such as
 :class:`~fl_lightning.codecs.error_feedback.ErrorFeedback`; ``key`` names the tensor (codecs with memory keep their
-entries under it). Codecs never change the message weight; the part sets it.
+entries under it). ``rng`` is the sending client's generator (``client.rng``), for randomized codecs (``Sign``'s
+``sign_zero=random``); wrappers pass it on. Codecs never change the message weight; the part sets it.
 """
 from __future__ import annotations
 
 from typing import Protocol
 
-from torch import Tensor
+from torch import Generator, Tensor
 
 from ..strategies.base import Msg
 
 
 class Codec(Protocol):
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None) -> Msg: ...
+    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
+               rng: Generator | None = None) -> Msg: ...
 
 
 def dense_bits(t: Tensor) -> int:
@@ -27,6 +29,7 @@ def dense_bits(t: Tensor) -> int:
 class Dense:
     """No compression: the tensor as it is (``numel · bits per element``)."""
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None) -> Msg:
+    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
+               rng: Generator | None = None) -> Msg:
         t = tensor.detach()
         return Msg(t, nbits=dense_bits(t))

@@ -1,8 +1,8 @@
 """ErrorFeedback: compress ``v + e`` and keep what was lost, ``e ← v + e − C(v + e)``, in the client's state
 (Seide et al. 2014; Karimireddy et al., ICML 2019, arXiv 1901.09847, Alg. 1 "EF-SGD"; Stich et al. 2018).
 
-Wraps any codec (``inner``): ``ErrorFeedback(TopK(0.01))`` is FedEF-TopK, ``ErrorFeedback(Sign("l1"))`` is
-EF-SignSGD's compressor. The residual lives in the client's persistent state under ``"<key>/ef"`` (so it is
+Wraps any codec (``inner``): ``ErrorFeedback(TopK(0.01))`` is FedEF-TopK, ``ErrorFeedback(ScaledSign())`` is
+EF-SignSGD's compressor (FedEF-Sign, spec 002 Alg. 3). The residual lives in the client's persistent state under ``"<key>/ef"`` (so it is
 checkpointed and resumed with the client), starting at zero; it never travels.
 """
 from __future__ import annotations
@@ -20,13 +20,13 @@ class ErrorFeedback:
                               "give a codec _target_, e.g. fl_lightning.codecs.TopK")
         self.inner = inner
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None) -> Msg:
+    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None, rng=None) -> Msg:
         if state is None:
             raise ValueError("ErrorFeedback needs the client's state to keep its residual")
         rkey = f"{key}/ef"
         v = tensor.detach()
         e = state.get(rkey)
         corrected = v + e.to(v.dtype) if e is not None else v.clone()
-        msg = self.inner.encode(key, corrected, state)
+        msg = self.inner.encode(key, corrected, state, rng=rng)
         state[rkey] = (corrected - msg.tensor).detach()
         return msg

@@ -1,9 +1,11 @@
 """TopK: the k largest-magnitude coordinates (Stich et al., NeurIPS 2018, arXiv 1809.07599; Aji & Heafield 2017).
 
-k = ``max(1, ceil(frac · d))`` for a tensor of d entries (``frac`` in (0, 1]). What travels is k values (in the
-tensor's dtype) and k indices of ``index_bits`` each: ``32`` (default, int32 indices as most FL code sends them) or
-``log2`` (⌈log₂ d⌉ bits, the information-theoretic count). The receiver rebuilds the dense tensor with zeros
-elsewhere. Ties are broken by ``torch.topk``.
+k = ``max(1, ceil(frac · d))`` for a tensor of d entries (``frac`` in (0, 1], default 1 %: spec 002 §3.4's [E]
+ratio for FedEF-TopK). What travels is k values (in the tensor's dtype) and k indices of ``index_bits`` each. The
+rule (spec 002 §4, whose table leaves "index cost" open; decision 002/#7): ``log2`` (default) charges ⌈log₂ d⌉ bits
+per index, so an fp32 tensor costs **k·(32 + ⌈log₂ d⌉)** bits; ``32`` charges int32 indices (k·64 bits for fp32),
+as most FL code sends them. The receiver rebuilds the dense tensor with zeros elsewhere. Ties are broken by
+``torch.topk``.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from ..strategies.base import Msg
 
 
 class TopK:
-    def __init__(self, frac: float = 0.01, index_bits: str | int = 32):
+    def __init__(self, frac: float = 0.01, index_bits: str | int = "log2"):
         if not 0 < float(frac) <= 1:
             raise ConfigError("frac", f"must be in (0, 1], got {frac}", "use e.g. 0.01 (1% of the coordinates)")
         if index_bits not in ("log2", 32, "32"):
@@ -27,7 +29,8 @@ class TopK:
     def k(self, d: int) -> int:
         return max(1, min(d, math.ceil(self.frac * d)))
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None) -> Msg:
+    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
+               rng: torch.Generator | None = None) -> Msg:
         v = tensor.detach()
         flat = v.reshape(-1)
         d = flat.numel()

@@ -1,9 +1,10 @@
-"""Optimizers: the Muon family (Newton–Schulz orthogonalization, the spectral LMO, Muon with an aux optimizer) and
+"""Optimizers: Lion (seed 002), the Muon family (Newton–Schulz orthogonalization, the spectral LMO, Muon with an aux optimizer) and
 SOAP and Sophia (seed 001), and the state adapters through which federated parts move optimizer state."""
 
 from .adapters import AdamAdapter, SGDAdapter, StateAdapter, adapter_for, register_adapter
 from .muon import (Muon, MuonAdapter, momentum_coeffs, momentum_update, muon_param_names, muon_update,
                    split_muon_params, update_scale)
+from .lion import Lion, LionAdapter, lion_update
 from .soap import SOAP, SOAPAdapter
 from .sophia import Sophia, SophiaAdapter
 from .newton_schulz import (
@@ -17,6 +18,9 @@ from .newton_schulz import (
 )
 
 __all__ = [
+    "Lion",
+    "LionAdapter",
+    "lion_update",
     "SOAP",
     "SOAPAdapter",
     "Sophia",

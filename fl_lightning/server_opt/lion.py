@@ -13,14 +13,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..optim.lion import lion_update  # the pure update, shared with the local optimizer
 from .base import ServerOptimizer, check_beta, check_nonneg
 
 
-def lion_update(g: Tensor, m: Tensor, beta1: float, beta2: float) -> Tensor:
-    """One Lion step (Chen et al. Alg. 2): returns ``sign(beta1*m + (1-beta1)*g)``, then updates ``m`` in place."""
-    u = torch.sign(m * beta1 + g * (1 - beta1))
-    m.mul_(beta2).add_(g, alpha=1 - beta2)
-    return u
 
 
 class Lion(ServerOptimizer):

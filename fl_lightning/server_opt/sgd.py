@@ -1,13 +1,15 @@
-"""SGD on the server: ``x <- x - lr * g`` with the pseudo-gradient ``g = -(mean_i x_i - x)``.
+"""SGD on the server: ``x <- x - lr * (g + weight_decay * x)`` with the pseudo-gradient ``g = -(mean_i x_i - x)``.
 
 FedAvg with a server learning rate eta_g (Reddi et al., "Adaptive Federated Optimization", ICLR 2021, arXiv
-2003.00295, Alg. 1 with SERVEROPT = SGD); ``lr=1`` is plain averaging. Bit-identical to ``ModelAverage(server_lr=lr)``.
+2003.00295, Alg. 1 with SERVEROPT = SGD); ``lr=1`` is plain averaging. Bit-identical to ``ModelAverage(server_lr=lr)``
+when ``weight_decay = 0`` (the default). With ``lr = γ1``, ``weight_decay = γ2`` and g = −mean(u) it is FedSMU's
+server step x ← x + γ1·(mean u − γ2·x) (spec 002 Alg. 1 line 16): decoupled weight decay on the global model.
 """
 from __future__ import annotations
 
 from torch import Tensor
 
-from .base import ServerOptimizer
+from .base import ServerOptimizer, check_nonneg
 
 
 def sgd_update(g: Tensor) -> Tensor:
@@ -16,9 +18,10 @@ def sgd_update(g: Tensor) -> Tensor:
 
 
 class SGD(ServerOptimizer):
-    def __init__(self, params, lr: float = 1.0):
+    def __init__(self, params, lr: float = 1.0, weight_decay: float = 0.0):
         super().__init__(params, lr)
+        self.weight_decay = check_nonneg("weight_decay", weight_decay, "use weight_decay >= 0, e.g. 0")
         self._init_state()
 
     def update(self, g, state, x):
-        return sgd_update(g)
+        return sgd_update(g).add(x, alpha=self.weight_decay) if self.weight_decay else sgd_update(g)

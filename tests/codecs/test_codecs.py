@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from fl_lightning.codecs import Dense, ErrorFeedback, Sign, TopK
+from fl_lightning.codecs import Dense, ErrorFeedback, LionMomentum, Quantize, ScaledSign, Sign, TopK
 from fl_lightning.errors import ConfigError
 from fl_lightning.strategies.base import MODEL_KEY, Msg, Part
 from tests.helpers.harness import FakeData, LossModule, MLP, build, method_config, mse, regression_batches, run
@@ -23,10 +23,37 @@ def test_dense_is_identity_and_counts_element_bits():
 
 def test_sign_one_bit_per_coordinate():
     m = Sign().encode("k", V)
-    assert torch.equal(m.tensor, torch.tensor([[1.0, -1.0, 1.0], [1.0, -1.0, 1.0]]))  # sign(0) sent as +1
-    assert m.nbits == 6
+    assert torch.equal(m.tensor, torch.tensor([[1.0, -1.0, 0.0], [1.0, -1.0, 1.0]]))  # ternary: sign(0) = 0 (no vote)
+    assert m.nbits == 6                                                               # ... still 1 bit (002/#15)
+    p = Sign(sign_zero="+1").encode("k", V)
+    assert torch.equal(p.tensor, torch.tensor([[1.0, -1.0, 1.0], [1.0, -1.0, 1.0]])) and p.nbits == 6
     s = Sign("l1").encode("k", V)
     assert torch.allclose(s.tensor, m.tensor * (6.75 / 6)) and s.nbits == 6 + 32
+
+
+def test_sign_zero_random_draws_from_the_clients_generator():
+    v = torch.zeros(4000)
+    v[:10] = torch.arange(1, 11.0)
+    a = Sign(sign_zero="random").encode("k", v, rng=torch.Generator().manual_seed(1)).tensor
+    b = Sign(sign_zero="random").encode("k", v, rng=torch.Generator().manual_seed(1)).tensor
+    assert torch.equal(a, b) and torch.equal(a[:10], torch.ones(10))
+    assert set(a[10:].tolist()) == {-1.0, 1.0} and abs(float(a[10:].mean())) < 0.1  # fair coin
+    with pytest.raises(ValueError, match="generator"):
+        Sign(sign_zero="random").encode("k", v)
+
+
+def test_scaled_sign_is_l1_over_d_per_tensor_plus_32_bits():
+    """Karimireddy et al. 2019 Alg. 1: C(v) = (||v||_1 / d) sign(v); spec 002 §4: d bits + 32 per tensor."""
+    m = ScaledSign().encode("k", V)
+    torch.testing.assert_close(m.tensor, V.sign() * (V.abs().sum() / 6))
+    assert m.nbits == 6 + 32
+
+
+def test_topk_default_rule_is_one_percent_with_log2_indices():
+    """The written-down rule: k = ceil(1% d), bits k (32 + ceil(log2 d)) for fp32."""
+    v = torch.randn(1000, generator=torch.Generator().manual_seed(0))
+    m = TopK().encode("k", v)
+    assert int((m.tensor != 0).sum()) == 10 and m.nbits == 10 * (32 + 10)
 
 
 @pytest.mark.parametrize("frac,index_bits,k,bits", [(0.5, 32, 3, 3 * 64), (0.1, 32, 1, 64), (0.5, "log2", 3, 3 * (32 + 3))])
@@ -62,6 +89,62 @@ def test_error_feedback_keeps_the_residual():
     torch.testing.assert_close(sent_total + state["x/ef"], v_total)  # nothing is lost, only delayed
 
 
+@pytest.mark.parametrize("bits", [1, 3, 8])
+def test_quantize_levels_written_out(bits):
+    """b-bit symmetric uniform (grid all_codes): levels -1 + 2j/(2^b - 1) of v / max|v|, the nearest chosen."""
+    v = torch.randn(3, 50, generator=torch.Generator().manual_seed(bits))
+    s = v.abs().max()
+    levels = torch.tensor([-1 + 2 * j / (2 ** bits - 1) for j in range(2 ** bits)])
+    nearest = levels[(v.reshape(-1, 1) / s - levels).abs().argmin(dim=1)].view_as(v)
+    m = Quantize(bits, scale="none").encode("k", v)
+    torch.testing.assert_close(m.tensor, nearest)
+    assert m.nbits == bits * 150
+    mm = Quantize(bits, scale="max").encode("k", v)
+    torch.testing.assert_close(mm.tensor, nearest * s)
+    assert mm.nbits == bits * 150 + 32
+    assert len(torch.unique(m.tensor)) <= 2 ** bits
+
+
+def test_quantize_one_bit_is_sign_and_zero_grid_has_zero():
+    v = torch.tensor([0.3, -2.0, 1e-3, -1e-3, 2.0])
+    torch.testing.assert_close(Quantize(1, scale="none").encode("k", v).tensor, Sign().encode("k", v).tensor)
+    z = Quantize(2, scale="none", grid="zero").encode("k", v).tensor  # levels -1, 0, 1
+    torch.testing.assert_close(z, torch.tensor([0.0, -1.0, 0.0, 0.0, 1.0]))
+    assert torch.equal(Quantize(3).encode("k", torch.zeros(4)).tensor, torch.zeros(4))
+
+
+def test_lion_momentum_recursion_written_out():
+    """Spec 002 Alg. 1 lines 11-12: u = sign(b1 m + (1 - b1) g), then m = b2 m + (1 - b2) g (the old m in u)."""
+    b1, b2 = 0.9, 0.99
+    codec = LionMomentum(Sign(), b1, b2)
+    state: dict = {}
+    m = torch.zeros(2, 3)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(6):
+        g = torch.randn(2, 3, generator=gen)
+        out = codec.encode("w", g, state)
+        torch.testing.assert_close(out.tensor, torch.sign(b1 * m + (1 - b1) * g))
+        m = b2 * m + (1 - b2) * g
+        torch.testing.assert_close(state["w/lion_m"], m)
+        assert out.nbits == 6
+
+
+@pytest.mark.parametrize("inner,bits", [(Sign(), 6), (ScaledSign(), 6 + 32), (TopK(0.5), 3 * (32 + 3)),
+                                        (Quantize(3, scale="none"), 18), (Quantize(8), 48 + 32)])
+def test_every_codec_works_under_error_feedback(inner, bits):
+    """EF(C): what is sent plus the residual equals everything fed in (nothing lost), bits are C's."""
+    ef, state = ErrorFeedback(inner), {}
+    gen = torch.Generator().manual_seed(0)
+    total, sent = torch.zeros(2, 3), torch.zeros(2, 3)
+    for _ in range(4):
+        v = torch.randn(2, 3, generator=gen)
+        m = ef.encode("x", v, state, rng=gen)
+        assert m.nbits == bits
+        total += v
+        sent += m.tensor
+    torch.testing.assert_close(sent + state["x/ef"], total)
+
+
 def test_codec_errors_name_their_argument():
     with pytest.raises(ConfigError, match="frac"):
         TopK(0)
@@ -69,6 +152,14 @@ def test_codec_errors_name_their_argument():
         Sign("l2")
     with pytest.raises(ConfigError, match="inner"):
         ErrorFeedback("topk")
+    with pytest.raises(ConfigError, match="sign_zero"):
+        Sign(sign_zero="-1")
+    with pytest.raises(ConfigError, match="bits"):
+        Quantize(0)
+    with pytest.raises(ConfigError, match="bits"):
+        Quantize(1, grid="zero")
+    with pytest.raises(ConfigError, match="beta2"):
+        LionMomentum(beta2=1.0)
 
 
 def test_one_bit_momentum_upload_costs_one_bit_per_coordinate_through_the_loop(tmp_path):
@@ -99,3 +190,29 @@ def test_broadcast_recipients_are_each_charged(tmp_path):
                num_clients=n, per_round=s, rounds=rounds, local_steps=1)
     assert loop.recorder.totals["downlink_bits"] == rounds * (10 * n + 7 * s)
     assert math.isclose(loop.recorder.summary()["downlink_mb"], rounds * (10 * n + 7 * s) / 8e6)
+
+
+def _d(net) -> int:
+    return sum(p.numel() for p in net.parameters())
+
+
+@pytest.mark.parametrize("method,overrides,bits_per_client", [
+    ("fedsmu", [], lambda ps: sum(p.numel() for p in ps)),                                   # d bits
+    ("fedsmu_mv", [], lambda ps: sum(p.numel() for p in ps)),
+    ("fedsmu_3bit", [], lambda ps: 3 * sum(p.numel() for p in ps)),                          # b d
+    ("fedsmu_8bit", ["method.quant_scale=max"], lambda ps: sum(8 * p.numel() + 32 for p in ps)),
+    ("fedavg", ["+method.parts.aggregation.codec._target_=fl_lightning.codecs.TopK"],          # k (32 + ceil log2 d)
+     lambda ps: sum(math.ceil(0.01 * p.numel()) * (32 + max(1, math.ceil(math.log2(p.numel())))) for p in ps)),
+    ("fedavg", ["+method.parts.aggregation.codec._target_=fl_lightning.codecs.ScaledSign"],
+     lambda ps: sum(p.numel() + 32 for p in ps)),
+])
+def test_upload_bits_through_the_loop_equal_the_formulas(tmp_path, method, overrides, bits_per_client):
+    """Spec 002 §4 through the real loop: a sign upload of a model with d trainable scalars costs exactly d bits per
+    client per round; b-bit, top-k and scaled-sign uploads cost their formulas; the downlink stays the dense model."""
+    rounds, s = 3, 2
+    loop = run(build(method_config(method, overrides)), LossModule(MLP(), mse), FakeData(regression_batches(4), 4),
+               tmp_path, num_clients=4, per_round=s, rounds=rounds, local_steps=2)
+    ps = list(MLP().parameters())
+    assert loop.recorder.totals["uplink_bits"] == rounds * s * bits_per_client(ps)
+    assert loop.recorder.totals["downlink_bits"] == rounds * s * 32 * _d(MLP())
+    assert loop.recorder.rows[-1]["round_uplink_bits"] == s * bits_per_client(ps)

@@ -338,3 +338,11 @@ def test_server_opt_acts_on_trainable_params_only(tmp_path):
     assert list(opt.params) == loop.trainable == ["net.w"]
     assert opt.params["net.w"] is loop.global_params["net.w"]
     assert math.isclose(opt.lr, 0.01)
+
+
+def test_server_sgd_weight_decay_is_decoupled(tmp_path):
+    """x <- x - lr (g + wd x): with g = -mean(u) this is FedSMU's server step (spec 002 Alg. 1 line 16)."""
+    eta, wd = 0.7, 0.3
+    loop = loop_for("fedadam", ["server_opt=sgd", f"method.server_lr={eta}", f"+method.server_weight_decay={wd}"],
+                    tmp_path)
+    follow(loop, lambda x, t: x - eta * (pseudo_gradient(x) + wd * x))

@@ -21,3 +21,8 @@ __all__ += ["PreconditionedMixing", "PreconditionerDrift", "SophiaHessian"]
 from .proximal_term import ProximalTerm
 
 __all__ += ["ProximalTerm"]
+
+# sign uploads (seed 002)
+from .magnitude_uniformity import MagnitudeUniformity
+
+__all__ += ["MagnitudeUniformity"]

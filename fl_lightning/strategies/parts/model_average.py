@@ -5,7 +5,18 @@ Rules (``rule``):
                    w_i = client data size with ``weighting=num_samples``, 1 with ``uniform``)
   * ``n_minus_s``  x <- ((n-S)/n) x + (1/n) sum_{i in S} x_i = x + (1/n) sum_i (x_i - x)
                    (seed 000, Algorithms 1/3/4 line "X^{(r+1)}", spec 000 §3.5; uniform weights)
+  * ``majority_vote``  D = sign(sum_i w_i u_i) on the trainable parameters, ties -> 0 (signSGD with majority vote,
+                   Bernstein et al., ICLR 2019, arXiv 1810.05291; FedSMU-MV, spec 002 §3.10: with server_opt SGD
+                   lr gamma1, weight_decay gamma2 it is x <- x + gamma1 (sign(sum_i u_i) - gamma2 x)); buffers: mean
 Uploading the delta instead of x_i is the same sum and keeps the streaming accumulator well conditioned.
+
+``codec``: a codec (``fl_lightning/codecs/``) applied to each trainable parameter's delta x_i - x before upload,
+with the client's persistent state (codecs with memory: ``ErrorFeedback``, ``LionMomentum``) and generator; the
+server aggregates what the codec rebuilds and the wire carries its exact bits. ``null`` = dense. Float buffers
+(norm statistics) always travel dense. FedSMU (spec 002 Alg. 1) is ``codec: LionMomentum(Sign())`` with uniform
+weights and server SGD (lr gamma1, weight_decay gamma2); FedEF-Sign is ``codec: ErrorFeedback(ScaledSign())``.
+What was uploaded (the reconstruction, per parameter name) is left in ``client.scratch["model_update"]`` for
+diagnostics in later parts (``MagnitudeUniformity``).
 
 ``server_opt``: a factory ``{name: tensor} -> ServerOptimizer`` (:mod:`fl_lightning.server_opt`, conf/server_opt/).
 With one, the rule's step D (above, without server_lr) becomes the pseudo-gradient g = -D of a server optimizer
@@ -25,9 +36,16 @@ _OPT = "server_opt/"
 
 
 class ModelAverage(Part):
-    def __init__(self, rule: str = "mean", weighting: str = "num_samples", server_lr: float = 1.0, server_opt=None):
-        if rule not in ("mean", "n_minus_s"):
-            raise ConfigError("rule", f"unknown rule {rule!r}", "use mean or n_minus_s")
+    RULES = ("mean", "n_minus_s", "majority_vote")
+
+    def __init__(self, rule: str = "mean", weighting: str = "num_samples", server_lr: float = 1.0, server_opt=None,
+                 codec=None):
+        if rule not in self.RULES:
+            raise ConfigError("rule", f"unknown rule {rule!r}", f"use one of {', '.join(self.RULES)}")
+        if codec is not None and (isinstance(codec, (str, bytes)) or not hasattr(codec, "encode")):
+            raise ConfigError("codec", f"expected a codec, got {codec!r}",
+                              "give a _target_ such as fl_lightning.codecs.Sign (or null for dense)")
+        self.codec = codec
         if weighting not in ("num_samples", "uniform"):
             raise ConfigError("weighting", f"unknown weighting {weighting!r}", "use num_samples or uniform")
         self.rule, self.weighting, self.server_lr = rule, weighting, float(server_lr)
@@ -50,11 +68,24 @@ class ModelAverage(Part):
             self.opt = self.server_opt_factory({n: server.global_params[n] for n in server.trainable})
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        w = float(client.num_samples) if (self.weighting == "num_samples" and self.rule == "mean") else 1.0
-        return {self.key(n): Msg(client.local[n].detach() - x, w) for n, x in client.global_params.items()}
+        w = float(client.num_samples) if (self.weighting == "num_samples" and self.rule != "n_minus_s") else 1.0
+        out, sent = {}, {}
+        rng = client.rng("codec") if self.codec is not None and client.loop is not None else None
+        for n, x in client.global_params.items():
+            delta = client.local[n].detach() - x
+            if self.codec is not None and n in client.params:
+                m = self.codec.encode(self.key(n), delta, client.state, rng=rng)
+                out[self.key(n)] = Msg(m.tensor, w, nbits=m.bits())
+            else:
+                out[self.key(n)] = Msg(delta, w)
+            sent[n] = out[self.key(n)].tensor
+        client.scratch["model_update"] = sent
+        return out
 
     def _step(self, agg: Aggregate, n: str):
         k = self.key(n)
+        if self.rule == "majority_vote":
+            return agg.sum(k).sign() if n in self.server.trainable else agg.mean(k)
         return agg.mean(k) if self.rule == "mean" else agg.sum(k) / agg.num_clients
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:

@@ -140,6 +140,7 @@ class OptimizerStateAverage(Part):
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         adapter = adapter_for(client.optimizer)
         out: dict[str, Msg] = {}
+        rng = client.rng("codec") if client.loop is not None else None
         for n in client.scratch.pop(self.name):
             p = client.params[n]
             exported = adapter.export_state(p)
@@ -148,7 +149,7 @@ class OptimizerStateAverage(Part):
                 if v is None:
                     continue
                 key = self.key(f"M/{n}/{sk}")
-                out[key] = Msg(v, 1.0) if v.ndim == 0 else self.codec.encode(key, v, client.state)
+                out[key] = Msg(v, 1.0) if v.ndim == 0 else self.codec.encode(key, v, client.state, rng=rng)
         return out
 
 

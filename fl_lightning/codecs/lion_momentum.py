@@ -1,0 +1,46 @@
+"""LionMomentum: FedSMU's client-side Lion compressor (spec 002 Alg. 1 lines 11–12), a codec with memory.
+
+For the client's model delta g (a descent direction, ≈ −η·Σ∇F), with the client's persistent momentum m (zero at
+its first participation, frozen while it is not sampled: only an upload touches it):
+
+    v ← β1·m + (1 − β1)·g          (Lion's interpolation; v^i_t in the paper's App. D)
+    u ← inner(v)                   (``Sign()`` by default: 1 bit per coordinate; ``Quantize(b)`` for the α-bit variants)
+    m ← β2·m + (1 − β2)·g          (the OLD m enters v, the new m is stored)
+
+Anonymous, "FedSMU: Communication-Efficient and Generalization-Enhanced Federated Learning through Symbolic Model
+Updates" (under review), Alg. 1; Lion: Chen et al., NeurIPS 2023, arXiv 2302.06675, Alg. 2. What travels and its
+bits are the inner codec's (u); m lives in the client's state under ``"<key>/lion_m"`` (fp32 at least), is
+checkpointed with the client and never travels. One vector per client (spec 002 §10 item 22, decision 002/#22).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+from ..strategies.base import Msg
+from .sign import Sign
+
+
+class LionMomentum:
+    def __init__(self, inner=None, beta1: float = 0.9, beta2: float = 0.9):
+        if inner is not None and (isinstance(inner, (str, bytes)) or not hasattr(inner, "encode")):
+            raise ConfigError("inner", f"expected a codec, got {inner!r}",
+                              "give a _target_ such as fl_lightning.codecs.Sign (or null for Sign())")
+        for name, b in (("beta1", beta1), ("beta2", beta2)):
+            if not 0 <= float(b) < 1:
+                raise ConfigError(name, f"must be in [0, 1), got {b}", "use e.g. 0.9 (spec 002 §6.6)")
+        self.inner = inner if inner is not None else Sign()
+        self.beta1, self.beta2 = float(beta1), float(beta2)
+
+    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None, rng=None) -> Msg:
+        if state is None:
+            raise ValueError("LionMomentum needs the client's state to keep its momentum")
+        mkey = f"{key}/lion_m"
+        g = tensor.detach().to(torch.promote_types(tensor.dtype, torch.float32))
+        m = state.get(mkey)
+        m = torch.zeros_like(g) if m is None else m.to(g.dtype)
+        v = m * self.beta1 + g * (1 - self.beta1)
+        msg = self.inner.encode(key, v.to(tensor.dtype), state, rng=rng)
+        state[mkey] = m * self.beta2 + g * (1 - self.beta2)
+        return msg

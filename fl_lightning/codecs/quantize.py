@@ -1,0 +1,59 @@
+"""Quantize: b-bit symmetric uniform quantization with one scale per tensor (QSGD-style deterministic rounding to the
+nearest level; Alistarh et al., NeurIPS 2017, arXiv 1610.02132, without the stochastic rounding).
+
+FedSMU's α-bit variants (spec 002 §3.11, App. B.3, Table 8: "3-bit", "8-bit"; the quantizer is not defined, decision
+002/#20) replace sign(v) by this. With s = max|v| and x = v/s ∈ [−1, 1]:
+
+  * ``grid: all_codes`` (default): the 2^b levels −1 + 2j/(2^b − 1), j = 0 … 2^b − 1 (every code used; no zero
+    level; b = 1 gives ±1, i.e. sign(v) away from exact zeros);
+  * ``grid: zero``: the 2L + 1 levels j/L, j = −L … L, L = 2^(b−1) − 1 (int8-style, exact zero; needs b ≥ 2).
+
+``scale``: ``max`` rebuilds s·level (+32 bits per tensor for s); ``none`` rebuilds the level itself in [−1, 1]
+(nothing but the codes travels). FedSMU's α-bit variants use ``none``, so the largest coordinate moves by ±1 like a
+sign and the server's γ1 keeps its meaning ("the server otherwise unchanged", spec §3.11). Bits: b·d (+32).
+An all-zero tensor is rebuilt as zeros.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+from ..strategies.base import Msg
+
+
+def quantize(v: Tensor, bits: int, grid: str = "all_codes") -> tuple[Tensor, Tensor]:
+    """(levels in [−1, 1] nearest to v / max|v|, the scale max|v|) for one tensor."""
+    s = v.abs().max() if v.numel() else v.new_zeros(())
+    x = v / torch.where(s > 0, s, torch.ones_like(s))
+    if grid == "all_codes":
+        n = 2 ** bits - 1
+        lv = torch.round((x + 1) * (n / 2)).clamp(0, n) * (2.0 / n) - 1
+    else:
+        L = 2 ** (bits - 1) - 1
+        lv = torch.round(x * L).clamp(-L, L) / L
+    return torch.where(s > 0, lv, torch.zeros_like(lv)), s
+
+
+class Quantize:
+    GRIDS = ("all_codes", "zero")
+    SCALES = ("max", "none")
+
+    def __init__(self, bits: int = 8, scale: str = "max", grid: str = "all_codes"):
+        if isinstance(bits, bool) or int(bits) != bits or not 1 <= int(bits) <= 16:
+            raise ConfigError("bits", f"must be an integer in [1, 16], got {bits!r}", "use e.g. 3 or 8")
+        if scale not in self.SCALES:
+            raise ConfigError("scale", f"unknown scale {scale!r}", f"use one of {', '.join(self.SCALES)}")
+        if grid not in self.GRIDS:
+            raise ConfigError("grid", f"unknown grid {grid!r}", f"use one of {', '.join(self.GRIDS)}")
+        if grid == "zero" and int(bits) < 2:
+            raise ConfigError("bits", "grid zero needs at least 2 bits (levels -1, 0, 1)", "use bits >= 2 or grid all_codes")
+        self.bits, self.scale, self.grid = int(bits), scale, grid
+
+    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
+               rng: torch.Generator | None = None) -> Msg:
+        v = tensor.detach()
+        lv, s = quantize(v, self.bits, self.grid)
+        if self.scale == "max":
+            return Msg(lv * s, nbits=self.bits * v.numel() + 32)
+        return Msg(lv, nbits=self.bits * v.numel())
