@@ -32,6 +32,22 @@ def build_loop(overrides: list[str], run_dir, resume: str | None = None):
     return loop
 
 
+def build_error(overrides: list[str], run_dir) -> str:
+    """Build a run in-process as ``train.py`` would and return the one-line message of the ``FLError`` it raises
+    (what the CLI prints after ``error: ``); fails the test if it builds. Much cheaper than a subprocess, for tests
+    of many bad values (the CLI's printing of an FLError is tested in tests/system/test_cli_errors.py)."""
+    import pytest
+
+    from fl_lightning.build import build
+    from fl_lightning.errors import FLError
+
+    with pytest.raises(FLError) as err:
+        build(make_cfg(overrides, run_dir), str(run_dir))
+    msg = str(err.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
 def run_cli(args: list[str], timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.pop("HYDRA_FULL_ERROR", None)
