@@ -1,5 +1,5 @@
-"""kill -9 trials (issue "Reliability" item 6): start a run, SIGKILL it at a random moment after its first round
-(also inside checkpoint writes, which take a good share of a round on the default setup), resume it from its directory alone, and compare
+"""kill -9 trials (issue "Reliability" item 6): start a run, SIGKILL it at a random moment (a random
+round k, then a random fraction of a round later: inside training, evaluation or a checkpoint write), resume it from its directory alone, and compare
 the finished run with one that never stopped: bit-identical model and identical metric rows.
 
     python tools/kill9_trials.py --trials 8                       # in-memory and offload stores, 1 process
@@ -49,14 +49,18 @@ def same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(bool((a[k] == b[k]).all()) for k in a)
 
 
-def wait_first_row(run_dir: str, p: subprocess.Popen, timeout: float = 600) -> float:
-    """Block until the run has written its first metric row (round 1 done); the seconds waited."""
+def wait_rows(run_dir: str, p: subprocess.Popen, k: int = 1, timeout: float = 600) -> float:
+    """Block until the run has written ``k`` metric rows (round k done); the seconds waited."""
     t0 = time.perf_counter()
     path = os.path.join(run_dir, "metrics.csv")
     while time.perf_counter() - t0 < timeout and p.poll() is None:
-        if os.path.exists(path):
-            break
-        time.sleep(0.02)
+        try:
+            with open(path) as f:
+                if sum(1 for _ in f) - 1 >= k:
+                    break
+        except OSError:
+            pass
+        time.sleep(0.01)
     return time.perf_counter() - t0
 
 
@@ -76,7 +80,7 @@ def main(argv=None) -> int:
 
     ref = os.path.join(work, "straight")
     p = train(base + [f"hydra.run.dir={ref}"])
-    wait_first_row(ref, p)
+    wait_rows(ref, p)
     t0 = time.perf_counter()
     _, err = p.communicate()
     if p.returncode:
@@ -84,7 +88,7 @@ def main(argv=None) -> int:
     duration = time.perf_counter() - t0  # from the end of round 1 to the end of the run
     ref_rows, ref_model = rows(ref), final(ref, args.rounds)
     print(f"reference run: {duration:.1f} s from round 1 to the end of {args.rounds} rounds ({args.processes} process(es))")
-    print("| trial | store | kill at (s after round 1) | rounds done at the kill | resumed | bit-identical |")
+    print("| trial | store | killed (s after a round's row) | rounds done at the kill | resumed | bit-identical |")
     print("| --- | --- | --- | --- | --- | --- |")
     tried = resumed = identical = 0
     for store in args.stores:
@@ -92,8 +96,11 @@ def main(argv=None) -> int:
             d = os.path.join(work, f"{store}_{t}")
             extra = [f"store.offload_dir={os.path.join(d, 'store')}"] if store == "offload" else []
             p = train(base + extra + [f"hydra.run.dir={d}"], start_new_session=True)
-            at = rng.uniform(0.0, 0.9) * duration  # after round 1 ended: inside training or a checkpoint write
-            wait_first_row(d, p)
+            # after round k's row (k random), a random fraction of a round later: inside training, evaluation or a
+            # checkpoint write (the row is recorded before the round's checkpoint is saved)
+            k = rng.randint(1, args.rounds - 2)
+            at = rng.uniform(0.0, 1.0) * duration / (args.rounds - 1)
+            wait_rows(d, p, k)
             time.sleep(at)
             os.killpg(p.pid, signal.SIGKILL)  # the launcher and its children, with no chance to clean up
             p.wait()
