@@ -5,8 +5,8 @@ One module lives on the device. The global state ``x`` (trainable parameters + f
 for each sampled client the loop copies ``x`` into the module, checks the client's private state out of the
 :class:`ClientStateStore`, runs K local steps through ``module.training_step`` with the strategy's hooks around
 backward and ``optimizer.step``, then adds the client's upload to streaming sums and checks its state back in.
-With several Fabric processes each process trains the sampled clients it owns (``client % world_size == rank``)
-and the sums are all-reduced before ``strategy.server_update``. The loop never looks at which method it runs.
+With several Fabric processes each process trains the sampled clients it owns (``assign_clients``: by local work,
+greedy longest-first) and the sums are all-reduced before ``strategy.server_update``. The loop never looks at which method it runs.
 
 Two components are fed the loop's stateful objects: the :class:`~fl_lightning.checkpoint.Checkpointer` (atomic,
 strict checkpoints) and the :class:`~fl_lightning.recorder.RunRecorder` (metric rows, counters, summary).
@@ -61,6 +61,17 @@ class StopRequested(Exception):
         super().__init__(f"stopped by signal {signum} after round {round_done}")
 
 
+def assign_clients(work: list[float], world: int) -> list[int]:
+    """The process that owns each client (trains it and keeps its state): greedy longest-first, clients by
+    decreasing local work (steps per round; they differ under ``local_epochs``), each to the least-loaded process
+    (ties: lower id, lower rank). Deterministic, so every process computes the same map."""
+    load, owner = [0.0] * world, [0] * len(work)
+    for c in sorted(range(len(work)), key=lambda c: (-work[c], c)):
+        r = min(range(world), key=lambda r: (load[r], r))
+        owner[c], load[r] = r, load[r] + work[c]
+    return owner
+
+
 class FederatedLoop:
     def __init__(self, fabric, module, data, strategy: Strategy, config: LoopConfig, run_dir: str, *,
                  store: ClientStateStore | None = None, checkpointer: Checkpointer | None = None,
@@ -81,7 +92,9 @@ class FederatedLoop:
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
         self.param_dtype = next(iter(self.params.values())).dtype
         self.global_params: dict[str, Tensor] = {k: v.detach().clone() for k, v in self.local.items()}
-        self.owned = [c for c in range(self.n) if c % self.world == self.rank]
+        work = [float(data.steps_per_round(c, config.local_steps, config.local_epochs)) for c in range(self.n)]
+        self.owner = assign_clients(work, self.world)
+        self.owned = [c for c in range(self.n) if self.owner[c] == self.rank]
         self.store = store or ClientStateStore(self.device)
         self.checkpointer = checkpointer or Checkpointer(os.path.join(run_dir, "checkpoints"), rank=self.rank,
                                                          world_size=self.world, barrier=fabric.barrier)
@@ -228,7 +241,7 @@ class FederatedLoop:
         """Sample, train the sampled clients this process owns, aggregate, update the server. Returns the round's
         metrics (train loss, lr factor and whatever the strategy's parts report)."""
         sampled = seeding.sample_clients(self.seed, r, self.n, self.S)
-        mine = [c for c in sampled if c % self.world == self.rank]
+        mine = [c for c in sampled if self.owner[c] == self.rank]
         lr_f = self.lr_factor(r)
         down = self.strategy.broadcast(r)
         received = {k: m.tensor for k, m in down.items()}

@@ -99,3 +99,21 @@ def test_aggregate_keeps_fp64_and_upcasts_half():
     assert agg.sum("a").dtype == torch.float64 and agg.mean("a")[0].item() == 0.5
     assert agg.sum("b").dtype == torch.float32 and agg.mean("b")[0].item() == 0.5
     assert agg.num_sampled == 2 and agg.weights["b"] == 4.0
+
+
+def test_clients_are_assigned_to_processes_by_work():
+    """Greedy longest-first: equal work gives client % world (the old map); unequal work (local_epochs) balances
+    the processes' total steps far better than client % world."""
+    from fl_lightning.loop import assign_clients
+
+    assert assign_clients([10.0] * 7, 2) == [c % 2 for c in range(7)]
+    assert assign_clients([3.0, 1.0], 1) == [0, 0]
+    work = [float(w) for w in (40, 1, 38, 2, 35, 3, 30, 4, 1, 1, 20, 2)]
+
+    def balance(owner):
+        loads = [sum(w for w, o in zip(work, owner) if o == r) for r in range(2)]
+        return min(loads) / max(loads)
+
+    owner = assign_clients(work, 2)
+    assert balance(owner) > 0.95 and balance([c % 2 for c in range(len(work))]) < 0.2
+    assert owner == assign_clients(work, 2)  # every process computes the same map
