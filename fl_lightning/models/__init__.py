@@ -13,6 +13,7 @@ from ..config import instantiate
 from ..data.info import DataInfo
 from ..errors import ConfigError
 from .classifier import ClassifierModule, build_net
+from .sequence_classifier import SequenceClassifierModule
 
 WRAPPER_API = ("training_step", "validation_step", "compute_eval", "primary_metric")
 
@@ -32,4 +33,4 @@ def build_model(cfg_model, info: DataInfo):
     return module
 
 
-__all__ = ["ClassifierModule", "DataInfo", "build_model", "build_net"]
+__all__ = ["ClassifierModule", "DataInfo", "SequenceClassifierModule", "build_model", "build_net"]
