@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fl_lightning.errors import ConfigError, ResumeError
-from tests.helpers.cli import build_loop, make_cfg
+from tests.helpers.cli import build_loop, make_cfg, one_line_error, run_cli
 
 CORPUS = [
     "the cat sat on the mat and looked at the dog", "a dog barked at the cat in the garden today",
@@ -259,3 +259,30 @@ def test_pydoc_topics_sentences_drop_rules_and_code():
 
     text = "Title\n*****\n\nFirst sentence has five words. Second one also has five words!\n\n>>> x = 1 + 2 + 3 + 4\n"
     assert sentences(text) == ["First sentence has five words.", "Second one also has five words!"]
+
+
+# ----------------------------------------------------------------------------------------------- as a user types it
+
+
+@pytest.mark.slow
+def test_cli_glue_without_files_is_one_line(tmp_path):
+    p = run_cli(["experiment=glue_lora", f"data.root={tmp_path / 'glue'}", f"run_dir={tmp_path / 'run'}"])
+    one_line_error(p, "data.root: no RTE/ directory under", "put the GLUE task folders there")
+
+
+@pytest.mark.slow
+def test_cli_glue_with_files_and_pydoc_topics(files, tmp_path):
+    p = run_cli(["experiment=glue_lora", "data.task=cola", f"data.root={files / 'glue'}", f"data.cache_dir={tmp_path}",
+                 "model.net.pretrained_path=null", f"data.tokenizer_path={files / 'tok'}", f"run_dir={tmp_path / 'a'}"])
+    one_line_error(p, "model.net.pretrained_path: is not set", "save_pretrained directory of roberta-base")
+    p = run_cli(["experiment=glue_lora", "data.task=cola", f"data.root={files / 'glue'}", f"data.cache_dir={tmp_path}",
+                 f"model.net.pretrained_path={files / 'roberta'}", "fl.rounds=1", "fl.local_steps=2",
+                 "trainer.progress=false", f"run_dir={tmp_path / 'b'}"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    summary = json.load(open(tmp_path / "b" / "summary.json"))
+    assert summary["primary_metric"] == "test_mcc" and "final_test_acc" in summary
+    p = run_cli(["experiment=glue_lora", "data=pydoc_topics", f"data.cache_dir={tmp_path}", "data.pretrain.steps=2",
+                 "data.backbone.hidden_size=32", "fl.rounds=1", "fl.local_steps=2", "trainer.progress=false",
+                 f"run_dir={tmp_path / 'c'}"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.load(open(tmp_path / "c" / "summary.json"))["backbone_pretrained"] == "true"

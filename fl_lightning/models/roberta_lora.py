@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 
 import torch
 from torch import nn
@@ -54,7 +55,9 @@ def add_lora(model: nn.Module, r: int = 16, alpha: float = 32, dropout: float = 
     cfg = LoraConfig(r=int(r), lora_alpha=float(alpha), lora_dropout=float(dropout), bias="none",
                      task_type=TaskType.SEQ_CLS, target_modules=list(targets))
     try:
-        return get_peft_model(model, cfg)
+        with warnings.catch_warnings():  # peft asks transformers a deprecated question (is_gradient_checkpointing)
+            warnings.simplefilter("ignore", FutureWarning)
+            return get_peft_model(model, cfg)
     except ValueError as err:
         raise ConfigError("lora_targets", " ".join(str(err).split())[:200], f"use {list(LORA_TARGETS)}") from None
 
