@@ -286,3 +286,84 @@ def test_cli_glue_with_files_and_pydoc_topics(files, tmp_path):
                  f"run_dir={tmp_path / 'c'}"])
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.load(open(tmp_path / "c" / "summary.json"))["backbone_pretrained"] == "true"
+
+
+# ----------------------------------------------------------------------------------------------- Sentiment140 + RNN
+
+
+def _sentiment140(root, n_train=400):
+    """The two CSVs of trainingandtestdata.zip (latin-1, every field quoted), with a few neutral test tweets."""
+    import random
+
+    from fl_lightning.data.sentiment140 import TEST_FILE, TRAIN_FILE
+
+    rnd = random.Random(0)
+    good, bad = ["love", "great", "happy", "awesome"], ["hate", "awful", "sad", "terrible"]
+
+    def rows(n, neutral):
+        out = []
+        for i in range(n):
+            pol = [0, 4, 2][i % 3] if neutral else [0, 4][i % 2]
+            word = rnd.choice(good if pol == 4 else bad) if pol != 2 else "the"
+            out.append([str(pol), str(i), "Mon Apr 06 22:19:45 PDT 2009", "NO_QUERY", f"user{i % 7}",
+                        f"@friend i {word} this caf\xe9 http://t.co/x {rnd.choice(['today', 'now', '!'])}"])
+        return out
+
+    os.makedirs(root, exist_ok=True)
+    for name, data in ((TRAIN_FILE, rows(n_train, False)), (TEST_FILE, rows(30, True))):
+        with open(os.path.join(root, name), "w", encoding="latin-1", newline="") as f:
+            csv.writer(f, quoting=csv.QUOTE_ALL).writerows(data)
+
+
+def test_sentiment140_loader_subsamples_and_drops_neutral(tmp_path):
+    from fl_lightning.data.sentiment140 import sentiment140, words
+
+    _sentiment140(tmp_path / "s140")
+    tr, te, info = sentiment140(str(tmp_path / "s140"), fraction=0.1, cache_dir=str(tmp_path / "cache"))
+    assert len(tr) == 40 and len(te) == 20  # 1 of 10 training tweets; the 10 neutral test tweets dropped
+    assert set(te.labels.tolist()) == {0, 1} and info.num_classes == 2
+    vocab = open(info.tokenizer_path, encoding="utf-8").read().split("\n")
+    assert vocab[:2] == ["<pad>", "<unk>"] and "<user>" in vocab and "<url>" in vocab and len(vocab) - 1 == info.vocab_size
+    assert words("@bob I LOVE it!! http://x.y/z") == ["<user>", "i", "love", "it", "!", "!", "<url>"]
+    ids = tr.tensors["input_ids"][0]
+    assert ids[0] == vocab.index("<user>") and ids[-1] == 0  # padded at the end
+
+
+def test_elman_rnn_is_seed_003s_shape_and_reads_the_last_token():
+    from fl_lightning.data.info import DataInfo
+    from fl_lightning.models.rnn import elman_rnn
+
+    net = elman_rnn(DataInfo(input_shape=(64,), num_classes=2, vocab_size=1000))
+    assert net.rnn.weight_ih_l0.shape == (4096, 300) and net.rnn.weight_hh_l0.shape == (4096, 4096)
+    assert net.fc.weight.shape == (2, 4096) and net.embedding.weight.requires_grad
+    small = elman_rnn(DataInfo(input_shape=(6,), num_classes=2, vocab_size=50), embed_dim=8, hidden=16)
+    a = torch.tensor([[5, 7, 9, 0, 0, 0]])
+    b = torch.tensor([[5, 7, 9, 11, 12, 0]])
+    # by hand: h_t = tanh(W_ih e_t + b_ih + W_hh h_{t-1} + b_hh), logits = fc(h at the last real token)
+    with torch.no_grad():
+        h = torch.zeros(16)
+        for t in (5, 7, 9):
+            e = small.embedding.weight[t]
+            h = torch.tanh(small.rnn.weight_ih_l0 @ e + small.rnn.bias_ih_l0 + small.rnn.weight_hh_l0 @ h + small.rnn.bias_hh_l0)
+        assert torch.allclose(small(a)[0], small.fc(h), atol=1e-5)
+        assert not torch.allclose(small(b)[0], small.fc(h), atol=1e-3)
+
+
+def test_sentiment140_glove_and_two_rounds(tmp_path):
+    """The CSVs through the real loader, GloVe rows from a local text file, a 2-round fedavg run with accuracy."""
+    _sentiment140(tmp_path / "s140")
+    glove = tmp_path / "glove.txt"
+    glove.write_text("love 1 2 3 4\nhate -1 -2 -3 -4\nunseenword 9 9 9 9\n")
+    ov = ["model=elman_rnn", "data=sentiment140", f"data.root={tmp_path / 's140'}", "data.fraction=0.5",
+          f"data.cache_dir={tmp_path / 'cache'}", "model.net.embed_dim=4", "model.net.hidden=32",
+          f"model.net.glove_path={glove}", "model.net.freeze_embeddings=true", "fl.num_clients=4",
+          "fl.clients_per_round=4", "fl.rounds=2", "fl.local_steps=3", "data.batch_size=16", "trainer.progress=false",
+          "trainer.accelerator=cpu", "method=fedavg", "method.lr=0.1"]
+    loop = build_loop(ov, tmp_path / "run")
+    vocab = open(loop.data.info.tokenizer_path, encoding="utf-8").read().split("\n")
+    emb = loop.module.net.embedding.weight
+    assert emb[vocab.index("love")].tolist() == [1, 2, 3, 4] and emb[vocab.index("hate")].tolist() == [-1, -2, -3, -4]
+    assert "net.embedding.weight" not in loop.global_params  # frozen: neither trained nor sent
+    summary = loop.run(progress_enabled=False)
+    assert summary["primary_metric"] == "test_acc" and 0.0 <= summary["final_test_acc"] <= 1.0
+    assert torch.equal(emb[vocab.index("love")], torch.tensor([1.0, 2, 3, 4]))
