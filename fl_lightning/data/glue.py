@@ -41,7 +41,7 @@ TASKS = {
 }
 ALIASES = {"sst-2": "sst2", "sst_2": "sst2", "mnli_m": "mnli", "mnli-m": "mnli", "mnli-mm": "mnli_mm"}
 SINGLE_MAX, PAIR_MAX = 64, 128  # spec 004 §4.1 (the authors' new_llm.py)
-TOKENIZER_HINT = ("set model.pretrained_path to a save_pretrained directory of roberta-base (model + tokenizer, e.g. "
+TOKENIZER_HINT = ("set model.net.pretrained_path to a save_pretrained directory of roberta-base (model + tokenizer, e.g. "
                   "from `AutoModel.from_pretrained('FacebookAI/roberta-base').save_pretrained(dir)` and the same for "
                   "AutoTokenizer on a connected machine), or data.tokenizer_path to the tokenizer alone")
 

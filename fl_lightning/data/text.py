@@ -42,6 +42,8 @@ def load_tokenizer(path: str, arg: str = "tokenizer_path", offline: bool = True,
     from transformers import AutoTokenizer
 
     path = os.path.expanduser(str(path))
+    if offline and not os.path.isdir(path) and (os.sep in path or path.startswith(".")):
+        raise ConfigError(arg, f"no directory {path}", hint or "give a save_pretrained directory holding the tokenizer")
     try:
         return AutoTokenizer.from_pretrained(path, local_files_only=bool(offline), trust_remote_code=False)
     except Exception as err:  # noqa: BLE001 - any failure is a path to fix
