@@ -1,7 +1,7 @@
 """Models: a LightningModule wrapper around a network, both chosen by the model config.
 
-``conf/model/<name>.yaml`` is one node: its ``_target_`` is the wrapper (``ClassifierModule`` for every model of
-the image models and the RNN; ``SequenceClassifierModule`` for Hugging Face text classifiers) and ``net`` is a network builder
+``conf/model/<name>.yaml`` is one node: its ``_target_`` is the wrapper (``ClassifierModule`` for the image
+models and the RNN; ``SequenceClassifierModule`` for Hugging Face text classifiers) and ``net`` is a network builder
 ``fn(info, **args) -> nn.Module`` with ``_partial_: true`` (``cnn.small_cnn``, ``resnet.resnet18``,
 ``vit.vit_tiny``, ...), which the wrapper calls with the dataset's :class:`~fl_lightning.data.info.DataInfo`. A wrapper provides
 ``training_step(batch)``, ``validation_step(batch)``, ``compute_eval() -> dict`` and
