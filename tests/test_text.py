@@ -247,11 +247,12 @@ def test_pydoc_topics_end_to_end(tmp_path):
     assert summary["data_text_sha256"] == hashlib.sha256(text.encode()).hexdigest()
     assert json.load(open(tmp_path / "run" / "summary.json"))["data_topics"].split(",")[0] == "specialnames"
     assert 0.0 <= summary["final_test_acc"] <= 1.0 and summary["primary_metric"] == "test_acc"
-    # the test sentences never reach the unlabelled corpus the backbone was pre-trained on
-    from fl_lightning.data.pydoc_topics import labelled
+    # the test sentences never reach the unlabelled corpus the tokenizer and the backbone were trained on
+    from fl_lightning.data.pydoc_topics import split
 
-    texts, labels, names = labelled(topics, 10)
-    assert len(names) == 10 and len(set(labels)) == 10
+    texts, labels, names, tr, te, unlabelled = split(topics, 10, 0.2)
+    assert len(te) == len(loop.data.test) and not {texts[i] for i in te} & set(unlabelled)
+    assert {texts[i] for i in tr} <= set(unlabelled) and len(set(labels)) == 10
 
 
 def test_pydoc_topics_sentences_drop_rules_and_code():

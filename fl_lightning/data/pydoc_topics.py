@@ -57,14 +57,33 @@ def sentences(text: str, min_words: int = 5, max_words: int = 80) -> list[str]:
 
 
 def labelled(topics: dict[str, str], num_topics: int) -> tuple[list[str], list[int], list[str]]:
-    """(sentences, labels, topic names) for the ``num_topics`` largest topics (by sentence count, then name)."""
+    """(sentences, labels, topic names) for the ``num_topics`` largest topics (by sentence count, then name). Each
+    sentence appears once; a sentence found under two of those topics (the docs repeat some) is dropped, so no
+    text carries two labels or lands on both sides of the split."""
     per = {k: sentences(v) for k, v in topics.items()}
     names = sorted(per, key=lambda k: (-len(per[k]), k))[:num_topics]
-    texts, labels = [], []
+    owners: dict[str, set[int]] = {}
     for i, k in enumerate(names):
-        texts += per[k]
-        labels += [i] * len(per[k])
+        for s in per[k]:
+            owners.setdefault(s, set()).add(i)
+    texts, labels = [], []
+    for s, who in owners.items():  # first-seen order: topic by topic
+        if len(who) == 1:
+            texts.append(s)
+            labels.append(next(iter(who)))
     return texts, labels, names
+
+
+def split(topics: dict[str, str], num_topics: int, test_fraction: float):
+    """(texts, labels, topic names, train indices, test indices, unlabelled corpus): a stratified split fixed by
+    seed 0; the unlabelled corpus (for the tokenizer and the MLM) is every topic's sentences but the test ones."""
+    from sklearn.model_selection import train_test_split
+
+    texts, labels, names = labelled(topics, num_topics)
+    tr, te = train_test_split(np.arange(len(texts)), test_size=test_fraction, random_state=0, stratify=labels)
+    held_out = {texts[i] for i in te.tolist()}
+    unlabelled = [s for k in sorted(topics) for s in sentences(topics[k]) if s not in held_out]
+    return texts, labels, names, tr, te, unlabelled
 
 
 def train_tokenizer(texts: list[str], out_dir: str, vocab_size: int) -> None:
@@ -145,8 +164,6 @@ def pydoc_topics(num_topics: int = 10, test_fraction: float = 0.2, max_length: i
     """(train, test, info) of the embedded task (see the module docstring). ``backbone``: the small RoBERTa's
     ``hidden_size``, ``layers``, ``heads``, ``intermediate_size``; ``pretrain``: MLM ``steps``, ``batch_size``,
     ``lr``, ``mask_prob``, ``seed`` (null: no pre-training)."""
-    from sklearn.model_selection import train_test_split
-
     topics, text_hash = corpus()
     if not 2 <= int(num_topics) <= len(topics):
         raise ConfigError("num_topics", f"must be in [2, {len(topics)}], got {num_topics}", "use 10")
@@ -154,20 +171,14 @@ def pydoc_topics(num_topics: int = 10, test_fraction: float = 0.2, max_length: i
         raise ConfigError("test_fraction", f"must be in [0.05, 0.5], got {test_fraction}", "use 0.2")
     if int(max_length) < 8:
         raise ConfigError("max_length", f"must be >= 8, got {max_length}", "use 64")
-    texts, labels, names = labelled(topics, int(num_topics))
-    idx = np.arange(len(texts))
-    tr, te = train_test_split(idx, test_size=float(test_fraction), random_state=0, stratify=labels)
-    test_set = set(te.tolist())
-    # the unlabelled corpus (tokenizer, MLM): every topic's sentences except the test sentences
-    held_out = {texts[i] for i in test_set}
-    unlabelled = [s for k in sorted(topics) for s in sentences(topics[k]) if s not in held_out]
+    texts, labels, names, tr, te, unlabelled = split(topics, int(num_topics), float(test_fraction))
 
     cache = default_cache_dir(cache_dir)
     if cache is None:
         import tempfile
 
         cache = tempfile.mkdtemp(prefix="fl_pydoc_topics_")
-    root = os.path.join(cache, "pydoc_topics", f"{text_hash[:16]}-{num_topics}-{test_fraction}")
+    root = os.path.join(cache, "pydoc_topics", f"v2-{text_hash[:16]}-{num_topics}-{test_fraction}")
     tok_dir = os.path.join(root, f"tokenizer-bpe{int(vocab_size)}")
     if not os.path.isdir(tok_dir):
         os.makedirs(root, exist_ok=True)
