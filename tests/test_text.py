@@ -245,7 +245,7 @@ def test_pydoc_topics_end_to_end(tmp_path):
     summary = loop.run(progress_enabled=False)
     text = json.dumps(topics, sort_keys=True, ensure_ascii=False)
     assert summary["data_text_sha256"] == hashlib.sha256(text.encode()).hexdigest()
-    assert json.load(open(tmp_path / "run" / "summary.json"))["data_topics"].split(",")[0] == "specialnames"
+    assert json.load(open(tmp_path / "run" / "summary.json"))["data_topics"].split(",")[0] == "types"
     assert 0.0 <= summary["final_test_acc"] <= 1.0 and summary["primary_metric"] == "test_acc"
     # the test sentences never reach the unlabelled corpus the tokenizer and the backbone were trained on
     from fl_lightning.data.pydoc_topics import split

@@ -57,20 +57,23 @@ def sentences(text: str, min_words: int = 5, max_words: int = 80) -> list[str]:
 
 
 def labelled(topics: dict[str, str], num_topics: int) -> tuple[list[str], list[int], list[str]]:
-    """(sentences, labels, topic names) for the ``num_topics`` largest topics (by sentence count, then name). Each
-    sentence appears once; a sentence found under two of those topics (the docs repeat some) is dropped, so no
-    text carries two labels or lands on both sides of the split."""
-    per = {k: sentences(v) for k, v in topics.items()}
-    names = sorted(per, key=lambda k: (-len(per[k]), k))[:num_topics]
-    owners: dict[str, set[int]] = {}
-    for i, k in enumerate(names):
-        for s in per[k]:
-            owners.setdefault(s, set()).add(i)
-    texts, labels = [], []
-    for s, who in owners.items():  # first-seen order: topic by topic
+    """(sentences, labels, topic names) for the ``num_topics`` topics with the most sentences (then by name). The
+    docs repeat text between topics (``attribute-access`` is a section of ``specialnames``): a sentence found under
+    two topics is dropped and each sentence appears once, before the topics are ranked, so no text carries two
+    labels or lands on both sides of the split."""
+    owners: dict[str, set[str]] = {}
+    for k in sorted(topics):
+        for s in sentences(topics[k]):
+            owners.setdefault(s, set()).add(k)
+    per: dict[str, list[str]] = {k: [] for k in topics}
+    for s, who in owners.items():  # first-seen order
         if len(who) == 1:
-            texts.append(s)
-            labels.append(next(iter(who)))
+            per[next(iter(who))].append(s)
+    names = sorted(per, key=lambda k: (-len(per[k]), k))[:num_topics]
+    texts, labels = [], []
+    for i, k in enumerate(names):
+        texts += per[k]
+        labels += [i] * len(per[k])
     return texts, labels, names
 
 
@@ -178,7 +181,7 @@ def pydoc_topics(num_topics: int = 10, test_fraction: float = 0.2, max_length: i
         import tempfile
 
         cache = tempfile.mkdtemp(prefix="fl_pydoc_topics_")
-    root = os.path.join(cache, "pydoc_topics", f"v2-{text_hash[:16]}-{num_topics}-{test_fraction}")
+    root = os.path.join(cache, "pydoc_topics", f"v3-{text_hash[:16]}-{num_topics}-{test_fraction}")
     tok_dir = os.path.join(root, f"tokenizer-bpe{int(vocab_size)}")
     if not os.path.isdir(tok_dir):
         os.makedirs(root, exist_ok=True)
