@@ -240,7 +240,7 @@ def test_pydoc_topics_end_to_end(tmp_path):
           "trainer.progress=false", "trainer.accelerator=cpu"]
     loop = build_loop(ov, tmp_path / "run")
     info = loop.data.info
-    assert info.num_classes == 10 and len(loop.data.train) + len(loop.data.test) > 1500
+    assert info.num_classes == 10 and len(loop.data.train) + len(loop.data.test) > 1000
     assert json.load(open(os.path.join(info.pretrained_path, "fl_lightning_pretraining.json")))["pretrained"]
     summary = loop.run(progress_enabled=False)
     text = json.dumps(topics, sort_keys=True, ensure_ascii=False)
