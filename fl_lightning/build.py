@@ -12,7 +12,7 @@ import logging
 import os
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
@@ -34,10 +34,12 @@ def validate(cfg: DictConfig) -> None:
         if not ok:
             raise ConfigError(key, problem, fix)
 
-    need(int(fl.num_clients) >= 1, "fl.num_clients", f"must be >= 1, got {fl.num_clients}", "set fl.num_clients=16")
+    auto = str(fl.num_clients) == "auto"  # as many clients as the partition gives (natural groups); checked again after
+    need(auto or str(fl.num_clients).lstrip("-").isdigit() and int(fl.num_clients) >= 1, "fl.num_clients",
+         f"must be >= 1 or auto, got {fl.num_clients}", "set fl.num_clients=16")
     need(int(fl.clients_per_round) >= 1, "fl.clients_per_round", f"must be >= 1, got {fl.clients_per_round}",
          "set fl.clients_per_round to a value in [1, fl.num_clients]")
-    need(int(fl.clients_per_round) <= int(fl.num_clients), "fl.clients_per_round",
+    need(auto or int(fl.clients_per_round) <= int(fl.num_clients), "fl.clients_per_round",
          f"{fl.clients_per_round} clients per round but only fl.num_clients={fl.num_clients} clients exist",
          f"set fl.clients_per_round <= {fl.num_clients} or raise fl.num_clients")
     need(int(fl.rounds) >= 1, "fl.rounds", f"must be >= 1, got {fl.rounds}", "set fl.rounds=50")
@@ -105,7 +107,12 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
         fabric = make_fabric(cfg, run_dir)
         fabric.launch()
     torch.manual_seed(int(cfg.seed))
-    data = build_federated_data(cfg.data, int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
+    auto = str(cfg.fl.num_clients) == "auto"
+    data = build_federated_data(cfg.data, None if auto else int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
+    if auto:  # the partition decided (one client per natural group): record it and check what depends on it
+        with open_dict(cfg):
+            cfg.fl.num_clients = data.num_clients
+        validate(cfg)
     if fabric.global_rank == 0:
         log.info("data %s: %s", cfg.data.get("name"), data.stats.summary())
     with fabric.init_module():

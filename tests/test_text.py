@@ -368,3 +368,25 @@ def test_sentiment140_glove_and_two_rounds(tmp_path):
     summary = loop.run(progress_enabled=False)
     assert summary["primary_metric"] == "test_acc" and 0.0 <= summary["final_test_acc"] <= 1.0
     assert torch.equal(emb[vocab.index("love")], torch.tensor([1.0, 2, 3, 4]))
+
+
+def test_natural_partition_client_is_user(tmp_path):
+    """data/partition=natural with fl.num_clients=auto: one client per user of the subsample (counted here from the
+    CSV independently), each holding exactly that user's tweets; a fixed count that differs is one config error."""
+    from fl_lightning.data.sentiment140 import TRAIN_FILE
+
+    _sentiment140(tmp_path / "s140", n_train=200)
+    ov = ["model=elman_rnn", "data=sentiment140", f"data.root={tmp_path / 's140'}", "data.fraction=1.0",
+          f"data.cache_dir={tmp_path / 'cache'}", "model.net.embed_dim=4", "model.net.hidden=8", "data/partition=natural",
+          "fl.num_clients=auto", "fl.clients_per_round=3", "fl.rounds=1", "fl.local_steps=1", "data.batch_size=8",
+          "trainer.progress=false", "trainer.accelerator=cpu", "method=fedavg"]
+    loop = build_loop(ov, tmp_path / "run")
+    rows = list(csv.reader(open(tmp_path / "s140" / TRAIN_FILE, encoding="latin-1")))
+    users = sorted({r[4] for r in rows})
+    assert loop.n == len(users) == 7
+    for c, u in enumerate(users):
+        texts = sorted(r[5] for r in rows if r[4] == u)
+        assert loop.data.num_samples(c) == len(texts)
+    loop.run(progress_enabled=False)
+    with pytest.raises(ConfigError, match="fl.num_clients"):
+        build_loop([o.replace("fl.num_clients=auto", "fl.num_clients=5") for o in ov], tmp_path / "run2")

@@ -68,7 +68,8 @@ def encode(texts: list[str], vocab: dict[str, int], max_length: int) -> torch.Te
 def sentiment140(root: str = "data/sentiment140", fraction: float = 0.01, subsample_seed: int = 0,
                  max_length: int = 64, min_count: int = 2, cache_dir: str | None = "auto"
                  ) -> tuple[TensorSet, TensorSet, DataInfo]:
-    """(train, test, info): ``{"input_ids", "y"}`` sets (see the module docstring); ``info.vocab_size`` includes the
+    """(train, test, info): ``{"input_ids", "y"}`` sets, the training set also with ``group`` (the tweet's user,
+    for ``data/partition=natural``: client = user, ``fl.num_clients=auto``; see the module docstring); ``info.vocab_size`` includes the
     padding and unknown ids; ``info.tokenizer_path`` is the vocabulary as a text file (one word per line, line i =
     id i), written under ``cache_dir`` (a temporary folder when null), which the RNN reads to look up GloVe vectors."""
     if not 0 < float(fraction) <= 1:
@@ -76,7 +77,7 @@ def sentiment140(root: str = "data/sentiment140", fraction: float = 0.01, subsam
     if int(max_length) < 1 or int(min_count) < 1:
         raise ConfigError("max_length", "max_length and min_count must be >= 1", "use max_length 64, min_count 2")
     root = os.path.expanduser(str(root))
-    pol, _, texts = read_csv(os.path.join(root, TRAIN_FILE))
+    pol, users, texts = read_csv(os.path.join(root, TRAIN_FILE))
     keep = [i for i, p in enumerate(pol) if p != 2]
     rng = np.random.default_rng(int(subsample_seed))
     n = max(2, int(round(float(fraction) * len(keep))))
@@ -89,7 +90,9 @@ def sentiment140(root: str = "data/sentiment140", fraction: float = 0.01, subsam
     for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
         if c >= int(min_count):
             vocab[w] = len(vocab)
-    train = TensorSet({"input_ids": encode(tr_texts, vocab, int(max_length)), "y": torch.tensor(tr_y)})
+    user_ids = {u: i for i, u in enumerate(sorted({users[i] for i in keep}))}
+    train = TensorSet({"input_ids": encode(tr_texts, vocab, int(max_length)), "y": torch.tensor(tr_y),
+                       "group": torch.tensor([user_ids[users[i]] for i in keep])})  # the user: data/partition=natural
     test = TensorSet({"input_ids": encode([te_texts[i] for i in te], vocab, int(max_length)),
                       "y": torch.tensor([int(te_pol[i] == 4) for i in te])})
     text = "\n".join(vocab) + "\n"
