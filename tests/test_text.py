@@ -388,5 +388,7 @@ def test_natural_partition_client_is_user(tmp_path):
         texts = sorted(r[5] for r in rows if r[4] == u)
         assert loop.data.num_samples(c) == len(texts)
     loop.run(progress_enabled=False)
-    with pytest.raises(ConfigError, match="fl.num_clients"):
+    with pytest.raises(ConfigError, match="fl.num_clients: is 5 but the partition by natural groups gives 7 clients"):
         build_loop([o.replace("fl.num_clients=auto", "fl.num_clients=5") for o in ov], tmp_path / "run2")
+    with pytest.raises(ConfigError, match="fl.num_clients: auto needs a partition by natural groups"):
+        build_loop([o.replace("data/partition=natural", "data/partition=iid") for o in ov], tmp_path / "run3")

@@ -76,13 +76,15 @@ def build_federated_data(cfg_data, num_clients: int | None, seed: int, device) -
     if "groups" in _parameters(target):  # a partitioner by natural groups (client = user) gets the dataset's groups
         group = train.tensors.get("group")
         extra["groups"] = None if group is None else group.cpu().numpy()
+    _need(num_clients is not None or bool(extra), "fl.num_clients", f"auto needs a partition by natural groups, "
+          f"not {target}", "use data/partition=natural, or give fl.num_clients a number")
     parts = instantiate(p, "data.partition", labels=labels, num_clients=num_clients, rng=rng, **extra)
     count = len(parts) if isinstance(parts, (list, tuple)) else -1
-    _need(count >= 1 and (num_clients is None or count == num_clients),
-          "fl.num_clients" if count >= 1 and extra else "data.partition._target_",
+    _need(not extra or count < 1 or num_clients in (None, count), "fl.num_clients",
+          f"is {num_clients} but the partition by natural groups gives {count} clients", "set fl.num_clients=auto")
+    _need(count >= 1 and num_clients in (None, count), "data.partition._target_",
           f"{target} returned {type(parts).__name__} of length {count if count >= 0 else '?'}, "
-          f"not {num_clients} index arrays", "set fl.num_clients=auto (one client per group)" if extra else
-          "return one array of training-example indices per client")
+          f"not {num_clients} index arrays", "return one array of training-example indices per client")
     num_clients = count
     parts = [np.asarray(i, dtype=np.int64) for i in parts]
     empty = [i for i, q in enumerate(parts) if len(q) == 0]
