@@ -13,7 +13,7 @@ import os
 import time
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
@@ -39,10 +39,12 @@ def validate(cfg: DictConfig) -> None:
         if not ok:
             raise ConfigError(key, problem, fix)
 
-    need(int(fl.num_clients) >= 1, "fl.num_clients", f"must be >= 1, got {fl.num_clients}", "set fl.num_clients=16")
+    auto = str(fl.num_clients) == "auto"  # as many clients as the partition gives (natural groups); checked again after
+    need(auto or str(fl.num_clients).lstrip("-").isdigit() and int(fl.num_clients) >= 1, "fl.num_clients",
+         f"must be >= 1 or auto, got {fl.num_clients}", "set fl.num_clients=16")
     need(int(fl.clients_per_round) >= 1, "fl.clients_per_round", f"must be >= 1, got {fl.clients_per_round}",
          "set fl.clients_per_round to a value in [1, fl.num_clients]")
-    need(int(fl.clients_per_round) <= int(fl.num_clients), "fl.clients_per_round",
+    need(auto or int(fl.clients_per_round) <= int(fl.num_clients), "fl.clients_per_round",
          f"{fl.clients_per_round} clients per round but only fl.num_clients={fl.num_clients} clients exist",
          f"set fl.clients_per_round <= {fl.num_clients} or raise fl.num_clients")
     need(int(fl.rounds) >= 1, "fl.rounds", f"must be >= 1, got {fl.rounds}", "set fl.rounds=50")
@@ -160,7 +162,12 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
         fabric = make_fabric(cfg, run_dir)
         fabric.launch()
     torch.manual_seed(int(cfg.seed))
-    data = build_federated_data(cfg.data, int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
+    auto = str(cfg.fl.num_clients) == "auto"
+    data = build_federated_data(cfg.data, None if auto else int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
+    if auto:  # the partition decided (one client per natural group): record it and check what depends on it
+        with open_dict(cfg):
+            cfg.fl.num_clients = data.num_clients
+        validate(cfg)
     if fabric.global_rank == 0:
         log.info("data %s: %s", cfg.data.get("name"), data.stats.summary())
     with fabric.init_module():
@@ -175,7 +182,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
     store = ClientStateStore(fabric.device, offload)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), config_hash=config_hash(cfg), rank=rank,
                                 world_size=world, barrier=fabric.barrier, keep_last=int(cfg.checkpoint.get("keep_last", 2)))
-    info = {"model": _display_name(cfg.model), "data": _display_name(cfg.data)}
+    info = {"model": _display_name(cfg.model), "data": _display_name(cfg.data), **dict(data.info.provenance or ())}
     recorder = RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")), rank=rank,
                            log_fn=fabric.log_dict, info=info)
     return FederatedLoop(fabric, module, data, strategy, loop_config(cfg), run_dir, store=store,

@@ -298,9 +298,17 @@ class FederatedLoop:
         self.round = int(state["round"])
 
     def stateful(self) -> dict[str, Any]:
-        """Everything a checkpoint holds, by name (see fl_lightning/checkpoint.py)."""
-        return {"loop": self, "model": TensorDict(self.global_params), "strategy": self.strategy,
-                "clients": self.store, "rng": TorchRNG(), "recorder": self.recorder}
+        """Everything a checkpoint holds, by name (see fl_lightning/checkpoint.py); a model wrapper may add its own
+        objects through ``checkpoint_objects()`` (e.g. the fingerprint of a frozen pretrained backbone, which refuses
+        a resume onto another base model)."""
+        objects = {"loop": self, "model": TensorDict(self.global_params), "strategy": self.strategy,
+                   "clients": self.store, "rng": TorchRNG(), "recorder": self.recorder}
+        extra = getattr(self.module, "checkpoint_objects", None)
+        for name, obj in (extra() if callable(extra) else {}).items():
+            if name in objects:
+                raise ValueError(f"{type(self.module).__name__}.checkpoint_objects() reuses the name {name!r}")
+            objects[name] = obj
+        return objects
 
     def setup(self, resume: str | None = None, force: bool = False) -> None:
         self.strategy.setup(self.server_context())

@@ -22,7 +22,7 @@ PARTITION_SEED = 0x9A27  # the partition RNG is np.random.default_rng([seed, PAR
 # the built-in partitioners' display names: an old-style `data.partition.name=iid` (the partitioner is chosen with
 # `data/partition=iid` now) would otherwise only relabel the run
 _BUILTIN_PARTITIONS = {"iid": "iid", "dirichlet": "dirichlet_per_class", "dirichlet_per_client": "dirichlet_per_client",
-                       "shards": "shards"}
+                       "shards": "shards", "natural": "natural"}
 
 
 def _need(ok: bool, key: str, problem: str, fix: str) -> None:
@@ -39,11 +39,24 @@ def _unpack_sets(out, target: str) -> tuple[TensorSet, TensorSet, DataInfo]:
     return sets
 
 
-def build_federated_data(cfg_data, num_clients: int, seed: int, device) -> FederatedData:
+def _parameters(target: str) -> tuple[str, ...]:
+    """The argument names of a ``_target_`` function (empty when it cannot be resolved here)."""
+    import inspect
+
+    from hydra.utils import get_method
+
+    try:
+        return tuple(inspect.signature(get_method(target)).parameters)
+    except Exception:  # noqa: BLE001 - instantiate reports an unresolvable target itself
+        return ()
+
+
+def build_federated_data(cfg_data, num_clients: int | None, seed: int, device) -> FederatedData:
     """The ``data`` node -> dataset (its ``_target_``), partition (``data.partition``), :class:`FederatedData`.
 
     Errors are one-line :class:`ConfigError`\\ s naming ``data.<key>`` / ``data.partition.<key>``, or
-    ``fl.num_clients`` when a client is left without training data.
+    ``fl.num_clients`` when a client is left without training data. ``num_clients=None`` (``fl.num_clients=auto``):
+    as many clients as the partitioner returns (the natural partition: one per group).
     """
     bs, ebs = cfg_data.get("batch_size"), cfg_data.get("eval_batch_size", 1024)
     _need(bs is not None and int(bs) >= 1, "data.batch_size", f"must be >= 1, got {bs}", "set data.batch_size=32")
@@ -59,10 +72,20 @@ def build_federated_data(cfg_data, num_clients: int, seed: int, device) -> Feder
     train, test, info = _unpack_sets(instantiate(cfg_data, "data", drop=FEDERATION_KEYS), str(cfg_data.get("_target_")))
     labels = train.labels.cpu().numpy()
     rng = np.random.default_rng([seed, PARTITION_SEED])
-    parts = instantiate(p, "data.partition", labels=labels, num_clients=num_clients, rng=rng)
-    _need(isinstance(parts, (list, tuple)) and len(parts) == num_clients, "data.partition._target_",
-          f"{target} returned {type(parts).__name__} of length {len(parts) if hasattr(parts, '__len__') else '?'}, "
+    extra = {}
+    if "groups" in _parameters(target):  # a partitioner by natural groups (client = user) gets the dataset's groups
+        group = train.tensors.get("group")
+        extra["groups"] = None if group is None else group.cpu().numpy()
+    _need(num_clients is not None or bool(extra), "fl.num_clients", f"auto needs a partition by natural groups, "
+          f"not {target}", "use data/partition=natural, or give fl.num_clients a number")
+    parts = instantiate(p, "data.partition", labels=labels, num_clients=num_clients, rng=rng, **extra)
+    count = len(parts) if isinstance(parts, (list, tuple)) else -1
+    _need(not extra or count < 1 or num_clients in (None, count), "fl.num_clients",
+          f"is {num_clients} but the partition by natural groups gives {count} clients", "set fl.num_clients=auto")
+    _need(count >= 1 and num_clients in (None, count), "data.partition._target_",
+          f"{target} returned {type(parts).__name__} of length {count if count >= 0 else '?'}, "
           f"not {num_clients} index arrays", "return one array of training-example indices per client")
+    num_clients = count
     parts = [np.asarray(i, dtype=np.int64) for i in parts]
     empty = [i for i, q in enumerate(parts) if len(q) == 0]
     _need(not empty, "fl.num_clients", f"client {empty[0] if empty else 0} received no training data "

@@ -15,6 +15,8 @@ The forms the seeds use:
   ``q_j ~ Dir(alpha * 1_C)`` and then ``len(train)/n`` labels from it, taking the next example of that class
   from a shuffled pool that restarts when exhausted. Equal client sizes; an example may sit on two clients.
 * ``shards`` (McMahan et al. 2017): sort by label, cut into ``n * shards_per_client`` shards, deal them out.
+* ``natural`` (LEAF's natural split, Caldas et al. 2018, arXiv 1812.01097): client = group of the dataset's
+  ``group`` tensor (Sentiment140: the tweet's user); ``fl.num_clients=auto`` takes the number of groups.
 """
 from __future__ import annotations
 
@@ -100,6 +102,25 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, shard
     pieces = np.array_split(order, num_clients * k)
     deal = rng.permutation(len(pieces))
     return [np.sort(np.concatenate([pieces[i] for i in deal[j * k : (j + 1) * k]])) for j in range(num_clients)]
+
+
+def natural(labels: np.ndarray, num_clients: int | None, rng: np.random.Generator, groups=None,
+            min_size: int = 1) -> list[np.ndarray]:
+    """One client per group (``groups``: the dataset's ``group`` tensor, passed by the data builder), groups in id
+    order; groups with fewer than ``min_size`` examples are left out (their examples train nobody). The number of
+    clients is the number of groups kept (``fl.num_clients=auto``)."""
+    if groups is None:
+        raise ConfigError("_target_", "the dataset has no 'group' tensor to split by (client = user)",
+                          "use a dataset with natural groups (data=sentiment140) or another partitioner")
+    if int(min_size) < 1:
+        raise ConfigError("min_size", f"must be >= 1, got {min_size}", "use 1")
+    g = np.asarray(groups)
+    order = np.argsort(g, kind="stable")
+    cuts = np.flatnonzero(np.diff(g[order])) + 1
+    parts = [np.sort(p) for p in np.split(order, cuts) if len(p) >= int(min_size)]
+    if not parts:
+        raise ConfigError("min_size", f"no group has {min_size} examples", "lower data.partition.min_size")
+    return parts
 
 
 @dataclass

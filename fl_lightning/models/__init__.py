@@ -1,7 +1,7 @@
 """Models: a LightningModule wrapper around a network, both chosen by the model config.
 
-``conf/model/<name>.yaml`` is one node: its ``_target_`` is the wrapper (``ClassifierModule`` for every model of
-the seeds; a sequence classifier or causal-LM wrapper is another target) and ``net`` is a network builder
+``conf/model/<name>.yaml`` is one node: its ``_target_`` is the wrapper (``ClassifierModule`` for the image
+models and the RNN; ``SequenceClassifierModule`` for Hugging Face text classifiers) and ``net`` is a network builder
 ``fn(info, **args) -> nn.Module`` with ``_partial_: true`` (``cnn.small_cnn``, ``resnet.resnet18``,
 ``vit.vit_tiny``, ...), which the wrapper calls with the dataset's :class:`~fl_lightning.data.info.DataInfo`. A wrapper provides
 ``training_step(batch)``, ``validation_step(batch)``, ``compute_eval() -> dict`` and
@@ -13,6 +13,7 @@ from ..config import instantiate
 from ..data.info import DataInfo
 from ..errors import ConfigError
 from .classifier import ClassifierModule, build_net
+from .sequence_classifier import SequenceClassifierModule
 
 WRAPPER_API = ("training_step", "validation_step", "compute_eval", "primary_metric")
 
@@ -32,4 +33,4 @@ def build_model(cfg_model, info: DataInfo):
     return module
 
 
-__all__ = ["ClassifierModule", "DataInfo", "build_model", "build_net"]
+__all__ = ["ClassifierModule", "DataInfo", "SequenceClassifierModule", "build_model", "build_net"]

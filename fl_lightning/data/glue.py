@@ -1,0 +1,122 @@
+"""GLUE (Wang et al., "GLUE: A Multi-Task Benchmark and Analysis Platform for Natural Language Understanding", ICLR
+2019, arXiv 1804.07461) from a local directory in the layout of the GLUE download script (``<root>/CoLA/train.tsv``,
+``<root>/SST-2/dev.tsv``, ...; nothing is downloaded), the seven tasks of seed 004's Table 4 (spec 004 §4.1):
+CoLA, SST-2, MRPC, QQP, QNLI, RTE, MNLI (matched). Training on ``train.tsv``, evaluation on the validation split
+(``dev.tsv``; MNLI ``dev_matched.tsv``, or ``dev_mismatched.tsv`` with ``task: mnli_mm``), as the paper does.
+
+Texts are tokenized once with the model's tokenizer (``tokenizer_path``, by default ``model.pretrained_path``) to
+``max_length`` with ``padding="max_length"`` (the authors' code: 128 for the pair tasks, 64 for SST-2 and CoLA) and
+cached as safetensors under ``cache_dir``, keyed by the tokenizer's fingerprint, the files' bytes and the length.
+Labels follow the Hugging Face ``datasets`` GLUE order (RTE/QNLI: entailment 0; MNLI: entailment, neutral,
+contradiction). Each task declares its official metrics, primary first (``DataInfo.metrics``): MCC for CoLA (plus
+accuracy, what seed 004's table calls CoLA's number, AMBIG-17), F1 and accuracy for MRPC and QQP, accuracy for the
+rest.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import sys
+
+import torch
+
+from ..errors import ConfigError
+from .info import DataInfo
+from .tensors import TensorSet
+from .text import cached, default_cache_dir, file_fingerprint, load_tokenizer, tokenize, tokenizer_fingerprint
+
+# task: (folder, test file, header?, first text column, second text column or None, label column, label names,
+#        metrics (primary first)); columns are header names, or indices for CoLA (no header)
+TASKS = {
+    "cola": ("CoLA", "dev.tsv", False, 3, None, 1, ("0", "1"), ("mcc", "acc")),
+    "sst2": ("SST-2", "dev.tsv", True, "sentence", None, "label", ("0", "1"), ("acc",)),
+    "mrpc": ("MRPC", "dev.tsv", True, "#1 String", "#2 String", "Quality", ("0", "1"), ("f1", "acc")),
+    "qqp": ("QQP", "dev.tsv", True, "question1", "question2", "is_duplicate", ("0", "1"), ("f1", "acc")),
+    "qnli": ("QNLI", "dev.tsv", True, "question", "sentence", "label", ("entailment", "not_entailment"), ("acc",)),
+    "rte": ("RTE", "dev.tsv", True, "sentence1", "sentence2", "label", ("entailment", "not_entailment"), ("acc",)),
+    "mnli": ("MNLI", "dev_matched.tsv", True, "sentence1", "sentence2", "gold_label",
+             ("entailment", "neutral", "contradiction"), ("acc",)),
+    "mnli_mm": ("MNLI", "dev_mismatched.tsv", True, "sentence1", "sentence2", "gold_label",
+                ("entailment", "neutral", "contradiction"), ("acc",)),
+}
+ALIASES = {"sst-2": "sst2", "sst_2": "sst2", "mnli_m": "mnli", "mnli-m": "mnli", "mnli-mm": "mnli_mm"}
+SINGLE_MAX, PAIR_MAX = 64, 128  # spec 004 §4.1 (the authors' new_llm.py)
+TOKENIZER_HINT = ("set model.net.pretrained_path to a save_pretrained directory of roberta-base (model + tokenizer, e.g. "
+                  "from `AutoModel.from_pretrained('FacebookAI/roberta-base').save_pretrained(dir)` and the same for "
+                  "AutoTokenizer on a connected machine), or data.tokenizer_path to the tokenizer alone")
+
+
+def read_tsv(path: str, header: bool, cols: tuple, label_col, labels: tuple[str, ...]) -> tuple[list, list | None, list]:
+    """(first texts, second texts or None, label ids) of a GLUE TSV file; rows with a missing field or an unknown
+    label (QQP has a few malformed lines, MNLI a few '-' gold labels) are skipped, as GLUE's reference loaders do."""
+    if not os.path.isfile(path):
+        raise ConfigError("root", f"no file {path}", "give data.root the GLUE directory (CoLA/, SST-2/, MRPC/, ... with "
+                          "train.tsv and dev.tsv, as the GLUE download script writes it)")
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    index = {lab: i for i, lab in enumerate(labels)}
+    a, b, y = [], [] if cols[1] is not None else None, []
+    with open(path, encoding="utf-8", newline="") as f:
+        rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+        if header:
+            head = next(rows, [])
+            try:
+                idx = [head.index(c) if c is not None else None for c in cols] + [head.index(label_col)]
+            except ValueError:
+                raise ConfigError("root", f"{path} has columns {head[:6]}, not {[c for c in cols if c]} + {label_col!r}",
+                                  "use the GLUE TSV files as the GLUE download script writes them") from None
+        else:
+            idx = list(cols) + [label_col]
+        need = max(i for i in idx if i is not None)
+        for row in rows:
+            if len(row) <= need or row[idx[2]].strip() not in index:
+                continue
+            a.append(row[idx[0]])
+            if b is not None:
+                b.append(row[idx[1]])
+            y.append(index[row[idx[2]].strip()])
+    if not y:
+        raise ConfigError("root", f"{path} holds no labelled rows", "use the GLUE TSV files (train.tsv, dev.tsv)")
+    return a, b, y
+
+
+def glue(task: str = "rte", root: str = "data/glue", tokenizer_path: str | None = None, max_length="auto",
+         cache_dir: str | None = "auto", hub_offline: bool = True, max_train: int | None = None
+         ) -> tuple[TensorSet, TensorSet, DataInfo]:
+    """(train, validation, info) of one GLUE task (see the module docstring). ``max_train``: keep only the first
+    that many training rows (quick checks)."""
+    key = ALIASES.get(str(task).lower(), str(task).lower())
+    if key not in TASKS:
+        raise ConfigError("task", f"unknown GLUE task {task!r}", f"use one of {', '.join(TASKS)}")
+    folder, test_file, header, c1, c2, lab, labels, metrics = TASKS[key]
+    if max_length == "auto":
+        max_length = PAIR_MAX if c2 is not None else SINGLE_MAX
+    try:
+        max_length = int(max_length)
+    except (TypeError, ValueError):
+        max_length = 0
+    if max_length < 8:
+        raise ConfigError("max_length", "must be an integer >= 8 or auto", "use auto (128 for pairs, 64 for single sentences)")
+    base = os.path.join(os.path.expanduser(str(root)), folder)
+    if not os.path.isdir(base):
+        raise ConfigError("root", f"no {folder}/ directory under {os.path.abspath(os.path.expanduser(str(root)))}",
+                          f"put the GLUE task folders there ({folder}/train.tsv, {folder}/{test_file}) or set data.root")
+    tok = load_tokenizer(tokenizer_path, "tokenizer_path", bool(hub_offline), TOKENIZER_HINT)
+    tok_hash = tokenizer_fingerprint(tok)
+    cache = default_cache_dir(cache_dir)
+    sets = []
+    for split, fname in (("train", "train.tsv"), ("test", test_file)):
+        path = os.path.join(base, fname)
+        stem = f"{key}-{split}-{file_fingerprint(path)}-{tok_hash}-{max_length}"
+        out = cached(cache and os.path.join(cache, "glue", stem + ".safetensors"),
+                     lambda p=path: _encode(tok, *read_tsv(p, header, (c1, c2), lab, labels), max_length))
+        if split == "train" and max_train:
+            out = {k: v[: int(max_train)] for k, v in out.items()}
+        sets.append(TensorSet(out))
+    info = DataInfo(input_shape=(max_length,), num_classes=len(labels), vocab_size=len(tok),
+                    tokenizer_path=os.path.expanduser(str(tokenizer_path)), metrics=metrics,
+                    provenance={"data_task": key, "tokenizer_sha256": tok_hash})
+    return sets[0], sets[1], info
+
+
+def _encode(tok, first, second, y, max_length) -> dict:
+    return {**tokenize(tok, first, second, max_length), "y": torch.tensor(y, dtype=torch.long)}

@@ -1,0 +1,227 @@
+"""``pydoc_topics``: an embedded, zero-setup text classification task (no file, no download).
+
+CPython ships its own documentation topics (``pydoc_data.topics``: 79 topics, ~465 k characters). A sentence of a
+topic's text is labelled by its topic; the ``num_topics`` topics with the most sentences are the classes (10 by
+default: specialnames, compound, types, debugger, ...). The text differs between Python versions, so its sha256 is
+recorded in ``summary.json`` (``data_text_sha256``) beside the tokenizer's (``tokenizer_sha256``). A fixed stratified
+split (``test_fraction`` 0.2, seed 0, independent of the run seed) keeps the test sentences.
+
+Everything a text model needs is prepared once and cached under ``cache_dir`` (keyed by the text's hash and the
+settings): a byte-level BPE tokenizer trained in-process with ``tokenizers`` (Sennrich et al. 2016; RoBERTa's
+tokenizer family, ~0.2 s), saved as a ``save_pretrained`` directory; and, with ``pretrain`` set (the default), a
+small RoBERTa (``hidden_size`` 128, 4 layers) pre-trained by masked-language modelling (Devlin et al. 2019, 15 %
+masking, 80/10/10; RoBERTa's dynamic masking) on the corpus **without the test sentences**, so the LoRA run is a
+real fine-tune of a pretrained backbone (``DataInfo.pretrained_path``; ``model=roberta_lora`` uses it when
+``model.net.pretrained_path`` is null). ``pretrain: null`` saves a randomly initialised backbone instead and says
+so in the log: LoRA on a random backbone is not fine-tuning.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from .info import DataInfo
+from .tensors import TensorSet
+from .text import cached, default_cache_dir, load_tokenizer, tokenize, tokenizer_fingerprint
+
+log = logging.getLogger("fl_lightning")
+
+SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # RoBERTa's ids 0..4 (pad 1, as RobertaConfig expects)
+_RULE = re.compile(r"^\s*([=*\-~^\"'`#+]{3,})\s*$")
+_SPLIT = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")
+
+
+def corpus() -> tuple[dict[str, str], str]:
+    """(topics, sha256 of their text) of this Python's ``pydoc_data.topics``."""
+    from pydoc_data.topics import topics
+
+    text = json.dumps(topics, sort_keys=True, ensure_ascii=False)
+    return dict(topics), hashlib.sha256(text.encode()).hexdigest()
+
+
+def sentences(text: str, min_words: int = 5, max_words: int = 80) -> list[str]:
+    """Prose sentences of one topic: paragraphs without reST underlines and ``>>>`` code, split after . ! ?"""
+    out = []
+    for para in re.split(r"\n\s*\n", text):
+        lines = [ln for ln in para.splitlines() if not _RULE.match(ln) and not ln.lstrip().startswith((">>>", "..."))]
+        flat = " ".join(" ".join(lines).split())
+        out += [s for s in _SPLIT.split(flat) if min_words <= len(s.split()) <= max_words]
+    return out
+
+
+def labelled(topics: dict[str, str], num_topics: int) -> tuple[list[str], list[int], list[str]]:
+    """(sentences, labels, topic names) for the ``num_topics`` topics with the most sentences (then by name). The
+    docs repeat text between topics (``attribute-access`` is a section of ``specialnames``): a sentence found under
+    two topics is dropped and each sentence appears once, before the topics are ranked, so no text carries two
+    labels or lands on both sides of the split."""
+    owners: dict[str, set[str]] = {}
+    for k in sorted(topics):
+        for s in sentences(topics[k]):
+            owners.setdefault(s, set()).add(k)
+    per: dict[str, list[str]] = {k: [] for k in topics}
+    for s, who in owners.items():  # first-seen order
+        if len(who) == 1:
+            per[next(iter(who))].append(s)
+    names = sorted(per, key=lambda k: (-len(per[k]), k))[:num_topics]
+    texts, labels = [], []
+    for i, k in enumerate(names):
+        texts += per[k]
+        labels += [i] * len(per[k])
+    return texts, labels, names
+
+
+def split(topics: dict[str, str], num_topics: int, test_fraction: float):
+    """(texts, labels, topic names, train indices, test indices, unlabelled corpus): a stratified split fixed by
+    seed 0; the unlabelled corpus (for the tokenizer and the MLM) is every topic's sentences but the test ones."""
+    from sklearn.model_selection import train_test_split
+
+    texts, labels, names = labelled(topics, num_topics)
+    tr, te = train_test_split(np.arange(len(texts)), test_size=test_fraction, random_state=0, stratify=labels)
+    held_out = {texts[i] for i in te.tolist()}
+    unlabelled = [s for k in sorted(topics) for s in sentences(topics[k]) if s not in held_out]
+    return texts, labels, names, tr, te, unlabelled
+
+
+def train_tokenizer(texts: list[str], out_dir: str, vocab_size: int) -> None:
+    """Byte-level BPE (``tokenizers``) on ``texts``, saved as a RoBERTa ``save_pretrained`` tokenizer directory."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaTokenizer
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=int(vocab_size), min_frequency=2, special_tokens=list(SPECIALS),
+                            show_progress=False)
+    model = json.loads(bpe.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    tok = RobertaTokenizer(vocab=model["vocab"], merges=merges)
+    tmp = f"{out_dir}.{os.getpid()}.tmp"
+    tok.save_pretrained(tmp)
+    os.replace(tmp, out_dir)
+
+
+def mlm_pretrain(tok_dir: str, texts: list[str], out_dir: str, *, hidden_size: int = 128, layers: int = 2,
+                 heads: int = 4, intermediate_size: int = 512, max_length: int = 48, steps: int = 1500,
+                 batch_size: int = 32, lr: float = 1e-3, mask_prob: float = 0.15, seed: int = 0,
+                 train: bool = True) -> None:
+    """A small RoBERTa pre-trained by masked-language modelling on ``texts`` (``train: false``: left random),
+    saved with its tokenizer as a ``save_pretrained`` directory at ``out_dir``. AdamW (β 0.9/0.98, wd 0.01, linear
+    warm-up over 6 % of the steps then linear decay: RoBERTa's recipe, scaled down)."""
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    tok = load_tokenizer(tok_dir)
+    g = torch.Generator().manual_seed(int(seed))
+    torch_state = torch.get_rng_state()
+    torch.manual_seed(int(seed))
+    cfg = RobertaConfig(vocab_size=len(tok), hidden_size=hidden_size, num_hidden_layers=layers,
+                        num_attention_heads=heads, intermediate_size=intermediate_size,
+                        max_position_embeddings=max_length + 2, type_vocab_size=1, pad_token_id=tok.pad_token_id,
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    model = RobertaForMaskedLM(cfg)
+    torch.set_rng_state(torch_state)
+    if train:
+        enc = tokenize(tok, texts, None, max_length)
+        ids, att = enc["input_ids"].long(), enc["attention_mask"].long()
+        special = ids.le(max(tok.all_special_ids))  # ids 0..4 are the special tokens
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.01)
+        warm = max(1, int(0.06 * steps))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / (steps - warm))))
+        model.train()
+        for step in range(int(steps)):
+            idx = torch.randint(len(ids), (batch_size,), generator=g)
+            width = int(att[idx].sum(1).max())  # trim the padding columns of this batch (a one-off CPU loop)
+            x, a, sp = ids[idx, :width].clone(), att[idx, :width], special[idx, :width]
+            masked = (torch.rand(x.shape, generator=g) < mask_prob) & ~sp
+            target = x[masked]
+            r = torch.rand(x.shape, generator=g)
+            x = torch.where(masked & (r < 0.8), torch.full_like(x, tok.mask_token_id), x)
+            rand_tok = torch.randint(len(SPECIALS), len(tok), x.shape, generator=g)
+            x = torch.where(masked & (r >= 0.8) & (r < 0.9), rand_tok, x)
+            hidden = model.roberta(input_ids=x, attention_mask=a).last_hidden_state
+            # the LM head on the masked positions only (the loss is over them; 85 % of its cost saved)
+            loss = torch.nn.functional.cross_entropy(model.lm_head(hidden[masked]), target)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            if step % 250 == 0 or step == steps - 1:
+                log.info("pydoc_topics MLM pre-training: step %d/%d, loss %.3f", step + 1, steps, float(loss.detach()))
+    tmp = f"{out_dir}.{os.getpid()}.tmp"
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    with open(os.path.join(tmp, "fl_lightning_pretraining.json"), "w") as f:
+        json.dump({"pretrained": bool(train), "steps": int(steps) if train else 0, "corpus": "pydoc_data.topics "
+                   "without the test sentences", "batch_size": batch_size, "lr": lr, "mask_prob": mask_prob}, f)
+    os.replace(tmp, out_dir)
+
+
+def pydoc_topics(num_topics: int = 10, test_fraction: float = 0.2, max_length: int = 48, vocab_size: int = 4096,
+                 cache_dir: str | None = "auto", pretrain: dict | None = None, backbone: dict | None = None
+                 ) -> tuple[TensorSet, TensorSet, DataInfo]:
+    """(train, test, info) of the embedded task (see the module docstring). ``backbone``: the small RoBERTa's
+    ``hidden_size``, ``layers``, ``heads``, ``intermediate_size``; ``pretrain``: MLM ``steps``, ``batch_size``,
+    ``lr``, ``mask_prob``, ``seed`` (null: no pre-training)."""
+    topics, text_hash = corpus()
+    if not 2 <= int(num_topics) <= len(topics):
+        raise ConfigError("num_topics", f"must be in [2, {len(topics)}], got {num_topics}", "use 10")
+    if not 0.05 <= float(test_fraction) <= 0.5:
+        raise ConfigError("test_fraction", f"must be in [0.05, 0.5], got {test_fraction}", "use 0.2")
+    if int(max_length) < 8:
+        raise ConfigError("max_length", f"must be >= 8, got {max_length}", "use 64")
+    texts, labels, names, tr, te, unlabelled = split(topics, int(num_topics), float(test_fraction))
+
+    cache = default_cache_dir(cache_dir)
+    if cache is None:
+        import tempfile
+
+        cache = tempfile.mkdtemp(prefix="fl_pydoc_topics_")
+    root = os.path.join(cache, "pydoc_topics", f"v3-{text_hash[:16]}-{num_topics}-{test_fraction}")
+    tok_dir = os.path.join(root, f"tokenizer-bpe{int(vocab_size)}")
+    if not os.path.isdir(tok_dir):
+        os.makedirs(root, exist_ok=True)
+        train_tokenizer(unlabelled, tok_dir, int(vocab_size))
+    tok = load_tokenizer(tok_dir)
+    tok_hash = tokenizer_fingerprint(tok)
+
+    arch = {"hidden_size": 128, "layers": 2, "heads": 4, "intermediate_size": 512, **(backbone or {})}
+    pre = None if pretrain is None else {"steps": 1500, "batch_size": 32, "lr": 1e-3, "mask_prob": 0.15, "seed": 0,
+                                         **pretrain}
+    try:
+        arch = {k: int(arch[k]) for k in ("hidden_size", "layers", "heads", "intermediate_size")}
+    except (TypeError, ValueError, KeyError):
+        raise ConfigError("backbone", f"needs integer hidden_size, layers, heads, intermediate_size, got {backbone}",
+                          "use {hidden_size: 128, layers: 4, heads: 4, intermediate_size: 512}") from None
+    if arch["hidden_size"] % arch["heads"]:
+        raise ConfigError("backbone.heads", f"{arch['heads']} heads do not divide hidden_size {arch['hidden_size']}",
+                          "use 4 heads with hidden_size 128")
+    key = hashlib.sha256(json.dumps([arch, pre, tok_hash, int(max_length)], sort_keys=True).encode()).hexdigest()[:12]
+    bb_dir = os.path.join(root, f"roberta-{'mlm' if pre else 'random'}-{key}")
+    if not os.path.isdir(bb_dir):
+        if pre:
+            log.info("pydoc_topics: pre-training a small RoBERTa (hidden %d, %d layers) by masked-language modelling "
+                     "on the embedded corpus, %d steps (once; cached at %s)", arch["hidden_size"], arch["layers"],
+                     int(pre["steps"]), bb_dir)
+        mlm_pretrain(tok_dir, unlabelled, bb_dir, max_length=int(max_length), train=pre is not None,
+                     **arch, **{k: (int(v) if k in ("steps", "batch_size", "seed") else float(v))
+                                for k, v in (pre or {}).items()})
+    if not pre:
+        log.warning("pydoc_topics: NO PRETRAINED BACKBONE (data.pretrain=null): the RoBERTa under the LoRA adapters "
+                    "is randomly initialised, so this run is not a fine-tune of a pretrained model")
+
+    def encode(rows):
+        return lambda: {**tokenize(tok, [texts[i] for i in rows], None, int(max_length)),
+                        "y": torch.tensor([labels[i] for i in rows], dtype=torch.long)}
+
+    sets = [TensorSet(cached(os.path.join(root, f"{split}-{tok_hash}-{int(max_length)}.safetensors"), encode(rows)))
+            for split, rows in (("train", tr), ("test", te))]
+    info = DataInfo(input_shape=(int(max_length),), num_classes=len(names), vocab_size=len(tok),
+                    tokenizer_path=bb_dir, metrics=("acc",), pretrained_path=bb_dir,
+                    provenance={"data_text_sha256": text_hash, "data_topics": ",".join(names),
+                                "tokenizer_sha256": tok_hash, "backbone_pretrained": str(pre is not None).lower()})
+    return sets[0], sets[1], info

@@ -1,0 +1,101 @@
+"""Text helpers shared by the text datasets and models: loading a Hugging Face tokenizer from a local path (hub
+offline unless asked, never ``trust_remote_code``), its fingerprint, tokenizing once into ``input_ids`` /
+``attention_mask`` tensors, and a safetensors cache of the result keyed by what determines it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ..errors import ConfigError
+
+# files a save_pretrained tokenizer directory may hold; their bytes are the tokenizer's fingerprint
+TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "vocab.txt", "sentencepiece.bpe.model",
+                   "spiece.model", "tokenizer.model", "special_tokens_map.json", "added_tokens.json")
+
+
+def default_cache_dir(cache_dir: str | None) -> str | None:
+    """``cache_dir`` expanded; ``"auto"`` = ``$FL_CACHE_DIR`` or ``~/.cache/fl_lightning``; None = no cache."""
+    if cache_dir is None or cache_dir is False:
+        return None
+    if str(cache_dir) == "auto":
+        cache_dir = os.environ.get("FL_CACHE_DIR") or os.path.join("~", ".cache", "fl_lightning")
+    return os.path.abspath(os.path.expanduser(str(cache_dir)))
+
+
+def hf_offline(offline: bool) -> None:
+    """Keep the Hugging Face hub offline (``HF_HUB_OFFLINE=1``) unless the user opted in (``hub_offline=false``)."""
+    if offline:
+        os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def load_tokenizer(path: str, arg: str = "tokenizer_path", offline: bool = True, hint: str = ""):
+    """``AutoTokenizer.from_pretrained(path)`` with ``local_files_only`` (unless ``offline`` is False) and without
+    remote code; a missing or unreadable path is a one-line ConfigError naming ``arg``."""
+    if not path:
+        raise ConfigError(arg, "is not set", hint or "point it at a save_pretrained directory holding the tokenizer")
+    hf_offline(offline)
+    from transformers import AutoTokenizer
+
+    path = os.path.expanduser(str(path))
+    if offline and not os.path.isdir(path) and (os.sep in path or path.startswith(".")):
+        raise ConfigError(arg, f"no directory {path}", hint or "give a save_pretrained directory holding the tokenizer")
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=bool(offline), trust_remote_code=False)
+    except Exception as err:  # noqa: BLE001 - any failure is a path to fix
+        raise ConfigError(arg, f"no tokenizer loads from {path!r} ({type(err).__name__}: {' '.join(str(err).split())[:160]})",
+                          hint or "give a save_pretrained directory (tokenizer.json or vocab.json + merges.txt)") from None
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """sha256 (16 hex) of the tokenizer's full serialisation (vocabulary, merges, normaliser, special tokens)."""
+    h = hashlib.sha256()
+    backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "_tokenizer", None)
+    if backend is not None and hasattr(backend, "to_str"):
+        h.update(backend.to_str().encode())
+    else:  # a slow tokenizer: its vocabulary
+        h.update(repr(sorted(tokenizer.get_vocab().items())).encode())
+    h.update(repr(sorted((k, str(v)) for k, v in tokenizer.special_tokens_map.items())).encode())
+    return h.hexdigest()[:16]
+
+
+def file_fingerprint(*paths: str) -> str:
+    """sha256 (16 hex) of files' bytes (missing files hash as absent)."""
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(os.path.basename(p).encode())
+        if os.path.isfile(p):
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def tokenize(tokenizer, first: Sequence[str], second: Sequence[str] | None, max_length: int) -> dict[str, Tensor]:
+    """``input_ids`` (int32) and ``attention_mask`` (int8), padded to ``max_length`` (the authors'
+    ``padding="max_length"``) and truncated (longest first) for pairs."""
+    enc = tokenizer(list(first), None if second is None else list(second), padding="max_length", truncation=True,
+                    max_length=int(max_length), return_tensors="pt")
+    return {"input_ids": enc["input_ids"].to(torch.int32), "attention_mask": enc["attention_mask"].to(torch.int8)}
+
+
+def cached(path: str | None, build) -> dict[str, Tensor]:
+    """``build()`` (a dict of tensors), stored as safetensors at ``path`` and read from there next time."""
+    from safetensors.torch import load_file, save_file
+
+    if path and os.path.isfile(path):
+        try:
+            return load_file(path)
+        except Exception:  # noqa: BLE001 - a broken cache entry is rebuilt
+            pass
+    out = build()
+    if path:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        save_file({k: v.contiguous() for k, v in out.items()}, tmp)
+        os.replace(tmp, path)
+    return out
