@@ -15,6 +15,7 @@ from .errors import ConfigError, FLError, ResumeError
 log = logging.getLogger("fl_lightning")
 GROUPS = ("method", "model", "data", "experiment", "optimizer")
 CONTROL = ("resume", "force_resume", "stop_after_rounds", "overwrite")  # how to run now, never carried over
+_HELD_LOCKS: list = []
 OVERRIDES_FILE = "overrides.yaml"  # the run's own overrides (Hydra's .hydra/ copy is rewritten by every invocation)
 
 OmegaConf.register_new_resolver("fl_run_dir", lambda resume, default: str(resume) if resume else str(default),
@@ -222,7 +223,7 @@ def run(cfg: DictConfig) -> dict | None:
             cfg = resume_config(cfg, run_dir, force)
         os.makedirs(run_dir, exist_ok=True)
         if not child:
-            _lock = RunDirLock(run_dir)  # noqa: F841  (held until the process exits)
+            _HELD_LOCKS.append(RunDirLock(run_dir))  # held until the process exits
             if not resume:
                 guard_fresh_run(run_dir, flag(cfg, "overwrite"))
         loop = build(cfg, run_dir)

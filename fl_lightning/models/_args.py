@@ -27,3 +27,21 @@ def image_shape(info: DataInfo, model: str, min_side: int = 1, square: bool = Tr
         raise ConfigError("", f"{model} needs {kind} with sides >= {min_side}, the dataset gives "
                           f"input_shape {shape}", "pick another model (model=mlp takes any shape) or dataset")
     return int(shape[0]), int(shape[2])
+
+
+def lora_args(r, alpha, dropout, targets, default_targets) -> tuple[int, float, float, list[str]]:
+    """LoRA's rank, alpha, dropout and target modules, checked: (r >= 1, alpha > 0, dropout in [0, 1), a non-empty
+    list of module names); ``default_targets`` is named in the fix."""
+    from .vit import _fraction
+
+    (r,) = positive_ints(r, "lora_r", 1, "16")
+    try:
+        alpha = float(alpha)
+    except (TypeError, ValueError):
+        alpha = -1.0
+    if alpha <= 0:
+        raise ConfigError("lora_alpha", "must be > 0", "use 32 (2 r)")
+    targets = [targets] if isinstance(targets, str) else list(targets or [])
+    if not targets:
+        raise ConfigError("lora_targets", "is empty", f"use {list(default_targets)}")
+    return r, alpha, _fraction(dropout, "lora_dropout", "use 0.05"), targets

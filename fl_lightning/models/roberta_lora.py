@@ -27,7 +27,7 @@ from torch import nn
 from ..data.info import DataInfo
 from ..data.text import hf_offline
 from ..errors import ConfigError
-from ._args import positive_ints
+from ._args import lora_args
 from .vit import _fraction
 
 LORA_TARGETS = ("query", "key", "value", "dense")
@@ -119,16 +119,6 @@ def roberta_lora(info: DataInfo, pretrained_path: str | None = None, hub_offline
                 m.p = p
     fingerprint = tensors_fingerprint(model.base_model)  # the pretrained backbone, without the fresh head
     if lora:
-        (lora_r,) = positive_ints(lora_r, "lora_r", 1, "16")
-        try:
-            lora_alpha = float(lora_alpha)
-        except (TypeError, ValueError):
-            lora_alpha = -1.0
-        if lora_alpha <= 0:
-            raise ConfigError("lora_alpha", "must be > 0", "use 32 (2 r)")
-        targets = [lora_targets] if isinstance(lora_targets, str) else list(lora_targets or [])
-        if not targets:
-            raise ConfigError("lora_targets", "is empty", f"use {list(LORA_TARGETS)}")
-        model = add_lora(model, lora_r, lora_alpha, _fraction(lora_dropout, "lora_dropout", "use 0.05"), targets)
+        model = add_lora(model, *lora_args(lora_r, lora_alpha, lora_dropout, lora_targets, LORA_TARGETS))
     model.backbone_fingerprint = fingerprint
     return model

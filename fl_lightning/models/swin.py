@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import image_shape, positive_ints
+from ._args import image_shape, lora_args, positive_ints
 from .vit import _choice, _fraction
 
 RESIZES = ("bilinear", "resize_crop")
@@ -158,15 +158,5 @@ def swin(info: DataInfo, embed_dim: int = 96, depths=(2, 2, 6, 2), num_heads=(3,
     if pretrained_path:
         load_pretrained(net, pretrained_path)
     if lora:
-        (lora_r,) = positive_ints(lora_r, "lora_r", 1, "16")
-        try:
-            lora_alpha = float(lora_alpha)
-        except (TypeError, ValueError):
-            lora_alpha = -1.0
-        if lora_alpha <= 0:
-            raise ConfigError("lora_alpha", "must be > 0", "use 32 (2 r)")
-        targets = [lora_targets] if isinstance(lora_targets, str) else list(lora_targets or [])
-        if not targets:
-            raise ConfigError("lora_targets", "is empty", "use [attn.qkv, attn.proj]")
-        add_lora(net, lora_r, lora_alpha, _fraction(lora_dropout, "lora_dropout", "use 0.05"), targets)
+        add_lora(net, *lora_args(lora_r, lora_alpha, lora_dropout, lora_targets, ("attn.qkv", "attn.proj")))
     return ResizedSwin(net, None if size == side else size, resize)

@@ -37,7 +37,6 @@ The local optimizer should use ``state: reset`` (clients are stateless across ro
 """
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from ...codecs import Dense
