@@ -203,6 +203,46 @@ def _resume_hint(run_dir: str) -> str:
     return f"  python train.py resume={run_dir}"
 
 
+class EarlySignal(Exception):
+    """SIGINT / SIGTERM before the training loop took over the signals (while building or restoring)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"signal {signum}")
+
+
+def _early_signal(signum, frame):
+    raise EarlySignal(signum)
+
+
+def _install_early_handlers() -> None:
+    import signal
+
+    try:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, _early_signal)
+    except ValueError:  # not the main thread
+        pass
+
+
+_DISK_ERRORS = {"ENOSPC": "the disk is full", "EDQUOT": "the disk quota is exceeded", "EACCES": "permission denied",
+                "EPERM": "permission denied", "EROFS": "the file system is read-only"}
+
+
+def _disk_message(err: OSError, run_dir: str, loop) -> str | None:
+    """One line for an output failure (disk full, read-only, forbidden), or None for any other OSError."""
+    import errno
+
+    what = {getattr(errno, k): v for k, v in _DISK_ERRORS.items() if hasattr(errno, k)}.get(err.errno)
+    if what is None:
+        return None
+    last = getattr(getattr(loop, "checkpointer", None), "last", None)
+    where = f" at {err.filename}" if err.filename else ""
+    kept = (f"; the last complete checkpoint is {last} (resume with: python train.py resume={run_dir})" if last
+            else "")
+    return f"{what}{where}{kept}; fix: free space, or choose a writable hydra.run.dir / store.offload_dir"
+
+
 # ---------------------------------------------------------------------------------------------- run
 def run(cfg: DictConfig) -> dict | None:
     """Build and run one job; user errors become one line on stderr and a non-zero exit."""
@@ -213,6 +253,7 @@ def run(cfg: DictConfig) -> dict | None:
     run_dir = str(cfg.resume) if cfg.get("resume") else str(cfg.run_dir)
     child = _is_launched_child()
     loop = None
+    _install_early_handlers()  # the loop installs its own (finish the round, checkpoint) once it runs
     try:
         force = flag(cfg, "force_resume")
         resume = cfg.get("resume")
@@ -243,6 +284,13 @@ def run(cfg: DictConfig) -> dict | None:
         print(f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir)}",
               file=sys.stderr)
         sys.exit(128 + stop.signum)
+    except EarlySignal as sig:
+        if child:
+            sys.exit(128 + sig.signum)
+        phase = "restoring the checkpoint" if loop is not None else "building the run"
+        fail(f"stopped by signal {sig.signum} while {phase}, before any round ran; this invocation wrote no "
+             "checkpoint" + (f" (resume again with: python train.py resume={run_dir})" if cfg.get("resume") else ""),
+             code=128 + sig.signum)
     except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM: abort now, without a traceback
         last = getattr(getattr(loop, "checkpointer", None), "last", None)
         fail(f"aborted by a second signal; the last checkpoint is {last or 'none'}"
@@ -251,6 +299,11 @@ def run(cfg: DictConfig) -> dict | None:
         if full:
             raise
         fail(str(err))
+    except OSError as err:  # disk full, read-only or forbidden output: one line; saved checkpoints stay intact
+        msg = None if full else _disk_message(err, run_dir, loop)
+        if msg is None:
+            raise
+        fail(msg)
     except Exception as err:  # config values Hydra/OmegaConf could not resolve, etc.
         from omegaconf.errors import OmegaConfBaseException
 

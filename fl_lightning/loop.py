@@ -363,7 +363,8 @@ class FederatedLoop:
                     signum = self._agreed_stop()
                     if self.round % every == 0 or self.round == end or signum:
                         self.checkpointer.save(self.round, self.stateful())
-                    if signum:
+                        signum = signum or self._agreed_stop()  # a signal that arrived during the save: stop now
+                    if signum and self.round < end:  # at the end the run finishes normally (summary and all)
                         raise StopRequested(self.round, signum)
                 summary = self.summary()
                 for lg in self.fabric.loggers:

@@ -1,0 +1,87 @@
+"""cli.run and the loop's stop logic in-process (issue "Reliability" items 3-4): a full disk is one line that names the
+last complete checkpoint; a signal during the last round lets the run finish with its summary; a signal during a
+save stops right after it; a signal while the run is being built is one line."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+
+import pytest
+
+from fl_lightning import cli
+from fl_lightning.checkpoint import Checkpointer
+from fl_lightning.loop import StopRequested
+from tests.helpers.cli import FAST, build_loop, make_cfg
+
+
+@pytest.fixture
+def restore_signals():
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+def _run_cli(cfg, capsys):
+    with pytest.raises(SystemExit) as ex:
+        cli.run(cfg)
+    err = capsys.readouterr().err.strip().splitlines()
+    return ex.value.code, err
+
+
+def test_a_full_disk_is_one_line_naming_the_last_checkpoint(tmp_path, monkeypatch, capsys, restore_signals):
+    real = Checkpointer.save
+
+    def save(self, round_done, objects):
+        if round_done == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", os.path.join(self.root, "round_000002.tmp"))
+        return real(self, round_done, objects)
+
+    monkeypatch.setattr(Checkpointer, "save", save)
+    code, err = _run_cli(make_cfg(FAST, tmp_path), capsys)
+    assert code == 2 and len(err) == 1, err
+    assert "the disk is full" in err[0] and "round_000001" in err[0] and "resume=" in err[0]
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["round_000001"]  # the earlier checkpoint is intact
+
+
+def test_a_signal_in_the_last_round_lets_the_run_finish(tmp_path):
+    loop = build_loop(FAST + ["fl.rounds=2"], tmp_path)
+    evaluate = loop.evaluate
+
+    def evaluate_then_signal():
+        if loop.round == 2:
+            loop._on_signal(signal.SIGTERM, None)
+        return evaluate()
+
+    loop.evaluate = evaluate_then_signal
+    summary = loop.run(progress_enabled=False)
+    assert summary["finished"] and json.loads((tmp_path / "summary.json").read_text())["rounds_done"] == 2
+
+
+def test_a_signal_during_a_save_stops_right_after_it(tmp_path):
+    loop = build_loop(FAST + ["fl.rounds=4"], tmp_path)
+    save = loop.checkpointer.save
+
+    def save_with_signal(round_done, objects):
+        if round_done == 1:
+            loop._on_signal(signal.SIGTERM, None)
+        return save(round_done, objects)
+
+    loop.checkpointer.save = save_with_signal
+    with pytest.raises(StopRequested) as stop:
+        loop.run(progress_enabled=False)
+    assert stop.value.round_done == 1 and loop.round == 1
+
+
+def test_a_signal_while_building_is_one_line(tmp_path, monkeypatch, capsys, restore_signals):
+    import fl_lightning.build as build_mod
+
+    def build(cfg, run_dir, fabric=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the signal should have stopped the build")
+
+    monkeypatch.setattr(build_mod, "build", build)
+    code, err = _run_cli(make_cfg(FAST, tmp_path), capsys)
+    assert code == 128 + signal.SIGTERM and len(err) == 1 and "while building the run" in err[0], err
