@@ -145,7 +145,8 @@ class Aggregate:
     def all_reduce(self, reduce_sum, gather_object, device) -> None:
         """Sum every process's sums, weights and client count (``reduce_sum(tensor) -> tensor``, ``gather_object(obj)
         -> [obj of each rank]``). A key only some processes saw (no sampled client of theirs uploaded it) enters
-        as zeros there. Keys are reduced in sorted order, the same on every process."""
+        as zeros there. Keys are reduced in sorted order, the same on every process, packed into one flat buffer per dtype
+        (one all-reduce each, not one per key)."""
         union: dict[str, tuple] = {}
         for meta in gather_object({k: (tuple(v.shape), str(v.dtype)) for k, v in self.sums.items()}):
             union.update(meta)
@@ -155,7 +156,13 @@ class Aggregate:
                 shape, dtype = union[k]
                 self.sums[k] = torch.zeros(shape, dtype=getattr(torch, dtype.split(".")[-1]), device=device)
                 self.weights[k] = 0.0
-            self.sums[k] = reduce_sum(self.sums[k])
+        by_dtype: dict[torch.dtype, list[str]] = {}
+        for k in keys:  # one flat buffer per dtype: one collective each instead of one per key
+            by_dtype.setdefault(self.sums[k].dtype, []).append(k)
+        for ks in by_dtype.values():
+            flat = reduce_sum(torch.cat([self.sums[k].reshape(-1) for k in ks]))
+            for k, part in zip(ks, flat.split([self.sums[k].numel() for k in ks])):
+                self.sums[k] = part.view(self.sums[k].shape)
         w = reduce_sum(torch.tensor([self.weights[k] for k in keys] + [self.num_sampled], dtype=torch.float64, device=device))
         for i, k in enumerate(keys):
             self.weights[k] = float(w[i])
