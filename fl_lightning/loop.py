@@ -283,9 +283,17 @@ class FederatedLoop:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
+        """The global model on the test set. With several processes and a module whose metrics sync themselves
+        across processes (``syncs_eval_metrics``: torchmetrics states, gathered in ``compute``), each process takes
+        every world-th example of each test batch; otherwise every process evaluates the whole set."""
         self._load_global_into_module()
         self.module.eval()
+        shard = self.world > 1 and getattr(self.module, "syncs_eval_metrics", False)
         for i, batch in enumerate(self.data.test_batches(self.device)):
+            if shard:
+                batch = {k: v[self.rank::self.world] for k, v in batch.items()}
+                if len(next(iter(batch.values()))) == 0:
+                    continue
             with self.fabric.autocast():
                 self.module.validation_step(self._cast_floats(batch), i)
         return self.module.compute_eval()

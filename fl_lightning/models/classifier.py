@@ -54,6 +54,9 @@ class ClassifierModule(L.LightningModule):
         self.eval_acc = MulticlassAccuracy(num_classes=self.num_classes, average="micro")
         self.eval_loss = MeanMetric()
 
+    # evaluation metrics are torchmetrics states, summed across processes in compute(): the loop may shard the test set
+    syncs_eval_metrics = True
+
     def forward(self, x: Tensor) -> Tensor:
         return self.net(x)
 

@@ -73,6 +73,9 @@ class SequenceClassifierModule(L.LightningModule):
         tok = dict(info.provenance or ()).get("tokenizer_sha256", "")
         self._fingerprint = BaseModelFingerprint(fp, tok) if fp else None
 
+    # evaluation metrics are torchmetrics states, summed across processes in compute(): the loop may shard the test set
+    syncs_eval_metrics = True
+
     def checkpoint_objects(self) -> dict:
         """Extra objects the checkpoint carries (read by the loop): the base-model fingerprint."""
         return {"base_model": self._fingerprint} if self._fingerprint is not None else {}

@@ -24,6 +24,14 @@ def test_two_processes_match_one(tmp_path):
     b = load_file(str(two / "checkpoints" / "round_000003" / "model.safetensors"))
     diffs = [float((a[k] - b[k]).abs().max()) for k in a]
     assert max(diffs) < 1e-5
+    # the evaluation, sharded across the two processes (torchmetrics sums its states), reports the same metrics
+    import csv
+
+    rows = [list(csv.DictReader(open(d / "metrics.csv"))) for d in (one, two)]
+    assert len(rows[0]) == len(rows[1]) == 3
+    for a_row, b_row in zip(*rows):
+        assert a_row["test_acc"] == b_row["test_acc"]
+        assert abs(float(a_row["test_loss"]) - float(b_row["test_loss"])) < 1e-5
     # the two-process checkpoint holds both processes' client states
     names = {f.name for f in (two / "checkpoints" / "round_000003").iterdir()}
     assert {"clients.rank0.safetensors", "clients.rank1.safetensors"} <= names
