@@ -110,19 +110,17 @@ def apply_threads(cfg: DictConfig) -> int:
     """``trainer.threads``: torch's intra-op CPU threads for this process. ``auto`` = the CPUs this process may use
     divided by the processes per node (``trainer.devices``), unless ``OMP_NUM_THREADS`` is set; oversubscribed
     threads on a busy machine made the default run many times slower than one thread (docs/benchmarks.md)."""
-    t = cfg.trainer.get("threads", "auto")
-    if t in (None, "auto"):
+    from .settings import setting
+
+    t = setting(cfg, "trainer.threads", "auto")
+    if t == "auto":
         if os.environ.get("OMP_NUM_THREADS"):
             return torch.get_num_threads()
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        devices = cfg.trainer.get("devices", 1)
-        per_node = int(devices) if isinstance(devices, int) and not isinstance(devices, bool) and devices > 0 else 1
-        n = max(1, cpus // per_node)
-    elif isinstance(t, int) and not isinstance(t, bool) and t >= 1:
-        n = t
+        devices = setting(cfg, "trainer.devices", 1)
+        n = max(1, cpus // (devices if isinstance(devices, int) else 1))
     else:
-        raise ConfigError("trainer.threads", f"expected auto or a whole number >= 1, got {t!r}",
-                          "set trainer.threads=auto or e.g. trainer.threads=1")
+        n = t
     torch.set_num_threads(n)
     return n
 

@@ -98,12 +98,9 @@ def check_resume(argv: list[str]) -> None:
 
 def flag(cfg: DictConfig, key: str, default: bool = False) -> bool:
     """A boolean setting, strictly: true/false (``force_resume=no`` is an error, not a yes)."""
-    val = OmegaConf.select(cfg, key, default=default)
-    if val is None:
-        return default
-    if not isinstance(val, bool):
-        raise ConfigError(key, f"expected true or false, got {val!r}", f"set {key}=true or {key}=false")
-    return val
+    from .settings import setting
+
+    return bool(setting(cfg, key, default))
 
 
 # ---------------------------------------------------------------------------------------------- overrides

@@ -36,6 +36,7 @@ SETTINGS: dict[str, Setting] = {
     "trainer.devices": Setting("int", 1, 4096, words=("auto",), example="1"),
     "trainer.num_nodes": Setting("int", 1, 4096, example="1"),
     "trainer.progress": Setting("bool", example="true"),
+    "trainer.threads": Setting("int", 1, 4096, words=("auto",), example="auto"),
     "checkpoint.every": Setting("int", 1, 10**9, example="1"),
     "checkpoint.keep_last": Setting("int", 1, 10**6, example="2"),
     "data.batch_size": Setting("int", 1, 10**7, example="32"),
@@ -67,19 +68,27 @@ def _problem(s: Setting, v) -> str | None:
     return None
 
 
+def setting(cfg: DictConfig, key: str, default=None):
+    """The value of one :data:`SETTINGS` key, checked (a one-line :class:`ConfigError` naming it otherwise);
+    ``default`` when the key is absent or null-and-allowed."""
+    s = SETTINGS[key]
+    try:
+        v = OmegaConf.select(cfg, key, throw_on_missing=True, default="__absent__")
+    except Exception as err:  # an interpolation that does not resolve, a missing value (???)
+        raise ConfigError(key, f"cannot be read ({str(err).splitlines()[0]})", f"set {key}={s.example}") from None
+    if v == "__absent__":
+        return default
+    problem = _problem(s, v)
+    if problem:
+        raise ConfigError(key, problem, f"set e.g. {key}={s.example}")
+    return default if v is None else v
+
+
 def check_settings(cfg: DictConfig) -> None:
     """Every key of :data:`SETTINGS` present in ``cfg``: type and range, one :class:`ConfigError` for the first
     bad one; plus the relations between them (warm-up shorter than the run)."""
-    for key, s in SETTINGS.items():
-        try:
-            v = OmegaConf.select(cfg, key, throw_on_missing=True, default="__absent__")
-        except Exception as err:  # an interpolation that does not resolve, a missing value (???)
-            raise ConfigError(key, f"cannot be read ({str(err).splitlines()[0]})", f"set {key}={s.example}") from None
-        if v == "__absent__":
-            continue
-        problem = _problem(s, v)
-        if problem:
-            raise ConfigError(key, problem, f"set e.g. {key}={s.example}")
+    for key in SETTINGS:
+        setting(cfg, key)
     fl = cfg.get("fl", {})
     if fl.get("warmup_rounds", 0) and fl.get("rounds") and int(fl.warmup_rounds) >= int(fl.rounds):
         raise ConfigError("fl.warmup_rounds", f"{fl.warmup_rounds} warm-up rounds in a run of fl.rounds={fl.rounds}",
