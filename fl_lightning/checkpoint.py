@@ -32,7 +32,8 @@ import shutil
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Protocol
 
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load as safetensors_load
+from safetensors.torch import save_file
 from torch import Tensor
 
 from .errors import ResumeError
@@ -256,20 +257,27 @@ class Checkpointer:
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as err:
             raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: cannot read meta.json ({err})") from None
+        mine = {self._stem(name) + ".safetensors": name for name in objects if name in set(meta.get("objects", ()))}
+        blobs: dict[str, bytes] = {}  # every file is read once: checksummed, and parsed from the same bytes if ours
         for f, digest in meta.get("files", {}).items():
-            file = os.path.join(path, f)
-            if not os.path.exists(file) or _digest(file) != digest:
-                raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: {f} is "
-                                        f"{'missing' if not os.path.exists(file) else 'not what was saved (checksum)'}")
-        states: dict[str, dict] = {}
-        for name in objects:
-            if name not in set(meta.get("objects", ())):
-                continue
-            file = os.path.join(path, self._stem(name) + ".safetensors")
             try:
-                states[name] = dict(load_file(file))
+                with open(os.path.join(path, f), "rb") as fh:
+                    data = fh.read()
+            except OSError:
+                raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: {f} is missing") from None
+            if hashlib.sha256(data).hexdigest() != digest:
+                raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: {f} is not what was saved (checksum)")
+            if f in mine:
+                blobs[f] = data
+        states: dict[str, dict] = {}
+        for f, name in mine.items():
+            try:
+                if f not in blobs:  # a checkpoint without a checksum list
+                    with open(os.path.join(path, f), "rb") as fh:
+                        blobs[f] = fh.read()
+                states[name] = dict(safetensors_load(blobs.pop(f)))
             except Exception as err:
-                raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: cannot read {os.path.basename(file)} "
+                raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: cannot read {f} "
                                         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})") from None
         for k, t in states.get("model", {}).items():
             if t.is_floating_point() and not bool(t.isfinite().all()):
