@@ -20,12 +20,12 @@ import csv
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from small_scale import ROOT, command, fmt, run_train  # noqa: E402
 EF_SIGN = ["+method.parts.aggregation.codec._target_=fl_lightning.codecs.ErrorFeedback",
            "+method.parts.aggregation.codec.inner._target_=fl_lightning.codecs.ScaledSign"]
 # (label, tag, method, overrides); lrs are each method's yaml value unless given here (see docs/fedsmu_small_scale.md)
@@ -55,23 +55,14 @@ BUDGETS_MB = (0.54, 2.13, 17.0, 67.9)  # uplink budgets (MB): 10 and 40 rounds o
 TARGET = 0.90  # "uplink MB to reach 90 % test accuracy" column
 
 
-def command(method, overrides, alpha, seed, rounds, run_dir):
-    if not any(o.startswith("fl.rounds=") for o in overrides):
-        overrides = [f"fl.rounds={rounds}", *overrides]
-    return [sys.executable, "train.py", f"method={method}", f"data.partition.alpha={alpha}", f"seed={seed}",
-            "trainer.progress=false", "checkpoint.every=100000", f"hydra.run.dir={run_dir}", *overrides]
-
-
 def one_run(method, overrides, alpha, seed, rounds, run_dir):
     """One train.py run; skipped when its summary.json exists; a failed run (e.g. a NaN loss) leaves failed.txt with
     the CLI's error line instead of stopping the others."""
     if os.path.exists(os.path.join(run_dir, "summary.json")):
         return
     cmd = command(method, overrides, alpha, seed, rounds, run_dir)
-    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-               MKL_NUM_THREADS=os.environ.get("MKL_NUM_THREADS", "1"))
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = run_train(cmd)
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")] or proc.stderr.splitlines()[-1:]
         os.makedirs(run_dir, exist_ok=True)
@@ -90,12 +81,6 @@ def read_run(run_dir):
     bits = [float(r["uplink_bits"]) for r in rows]
     acc = [float(r["test_acc"]) for r in rows]
     return bits, acc, summary
-
-
-def ms(xs, scale=100.0, nd=1):
-    if len(xs) == 1:
-        return f"{scale * xs[0]:.{nd}f}"
-    return f"{scale * statistics.mean(xs):.{nd}f} ± {scale * statistics.stdev(xs):.{nd}f}"
 
 
 def report(runs, out, seeds, png, title):
@@ -125,15 +110,15 @@ def report(runs, out, seeds, png, title):
         within = []
         for budget in BUDGETS_MB:
             vals = [max([a for b, a in zip(bb, aa) if b / 8e6 <= budget], default=float("nan")) for bb, aa, _ in per_seed]
-            within.append("—" if any(v != v for v in vals) else ms(vals))
+            within.append("—" if any(v != v for v in vals) else fmt(vals))
         hit = [next((i for i, a in enumerate(aa) if a >= TARGET), None) for _, aa, _ in per_seed]
         if any(h is None for h in hit):
             reach = f"not reached by {sum(h is None for h in hit)} of {len(hit)} seeds"
         else:
             mb = [bb[h] / 8e6 for h, (bb, _, _) in zip(hit, per_seed)]
-            reach = f"{ms(mb, 1.0, 2)} ({ms([h + 1 for h in hit], 1.0, 1)})"
+            reach = f"{fmt(mb, 1.0, 2)} ({fmt([h + 1 for h in hit], 1.0, 1)})"
         rounds = per_seed[0][2]["rounds_done"]
-        lines.append(f"| {label} | {rounds} | {ms(finals)} | {ms(bests)} | {up_mb:.2f} | " + " | ".join(within)
+        lines.append(f"| {label} | {rounds} | {fmt(finals)} | {fmt(bests)} | {up_mb:.2f} | " + " | ".join(within)
                      + f" | {reach} |")
         curves[name] = per_seed
     print(f"seeds {', '.join(map(str, seeds))} ({len(seeds)} runs per row unless a seed is missing)\n")

@@ -16,12 +16,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import small_scale  # noqa: E402
+from small_scale import fmt  # noqa: E402
 
 # (label, method, overrides): every first-order method in conf/method/, plus seed 000's local-momentum FedAvg
 METHODS = [
@@ -51,30 +52,10 @@ def run_dir_of(out, label, seed):
     return os.path.join(out, "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in name) + f"_s{seed}")
 
 
-def command(method, overrides, alpha, seed, rounds, run_dir):
-    return [sys.executable, "train.py", f"method={method}", f"data.partition.alpha={alpha}", f"fl.rounds={rounds}",
-            f"seed={seed}", "trainer.progress=false", "checkpoint.every=100000", f"hydra.run.dir={run_dir}",
-            *overrides]
-
-
 def one_run(label, method, overrides, alpha, seed, rounds, out):
-    run_dir = run_dir_of(out, label, seed)
-    summary = os.path.join(run_dir, "summary.json")
-    if not os.path.exists(summary):
-        cmd = command(method, overrides, alpha, seed, rounds, run_dir)
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-                   MKL_NUM_THREADS=os.environ.get("MKL_NUM_THREADS", "1"))
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
-        print(f"done {label} seed {seed}", file=sys.stderr, flush=True)
-    with open(summary) as f:
-        return json.load(f)
-
-
-def fmt(xs, scale=100.0):
-    xs = [x * scale for x in xs]
-    return f"{statistics.mean(xs):.1f}" + (f" ± {statistics.stdev(xs):.1f}" if len(xs) > 1 else "")
+    """One train.py run through the shared runner (skipped when finished); its summary."""
+    return small_scale.one_run(label, method, overrides, alpha, seed, rounds, out, [],
+                               tag=os.path.basename(run_dir_of(out, label, seed)))[3]
 
 
 def main(argv=None):

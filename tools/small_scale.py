@@ -13,6 +13,22 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def command(method: str, overrides: list[str], alpha: float, seed: int, rounds: int, run_dir: str) -> list[str]:
+    """``python train.py method=... data.partition.alpha=... seed=...`` with one's overrides last (``fl.rounds`` from
+    ``rounds`` unless the overrides set it)."""
+    if not any(o.startswith("fl.rounds=") for o in overrides):
+        overrides = [f"fl.rounds={rounds}", *overrides]
+    return [sys.executable, "train.py", f"method={method}", f"data.partition.alpha={alpha}", f"seed={seed}",
+            "trainer.progress=false", "checkpoint.every=100000", f"hydra.run.dir={run_dir}", *overrides]
+
+
+def run_train(cmd: list[str]) -> subprocess.CompletedProcess:
+    """Run a ``command`` from the repository root with one thread (unless OMP/MKL_NUM_THREADS are set)."""
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
+               MKL_NUM_THREADS=os.environ.get("MKL_NUM_THREADS", "1"))
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+
+
 def one_run(label: str, method: str, overrides: list[str], alpha: float, seed: int, rounds: int, out_root: str,
             extra: list[str], tag: str | None = None) -> tuple[str, float, int, dict]:
     """Run ``train.py`` once (OMP_NUM_THREADS=1 unless set) and return (label, alpha, seed, summary) with the
@@ -20,14 +36,11 @@ def one_run(label: str, method: str, overrides: list[str], alpha: float, seed: i
     read back instead of re-run."""
     tag = tag or f"{method}_{'_'.join(o.split('=')[-1] for o in overrides) or 'default'}_a{alpha}_s{seed}"
     run_dir = os.path.join(out_root, tag)
-    cmd = [sys.executable, "train.py", f"method={method}", f"data.partition.alpha={alpha}", f"fl.rounds={rounds}",
-           f"seed={seed}", "trainer.progress=false", "checkpoint.every=100000", f"hydra.run.dir={run_dir}",
-           *overrides, *extra]
+    cmd = command(method, [*overrides, *extra], alpha, seed, rounds, run_dir)
     summary_path = os.path.join(run_dir, "summary.json")
     t0 = time.perf_counter()
     if not _finished(summary_path, rounds):
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        proc = run_train(cmd)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
     with open(summary_path) as f:
