@@ -48,6 +48,21 @@ def build_error(overrides: list[str], run_dir) -> str:
     return msg
 
 
+def metric_rows(run_dir) -> list[dict]:
+    """A run's metrics.csv rows without the wall clock (what two equal runs share exactly)."""
+    import csv
+
+    with open(os.path.join(run_dir, "metrics.csv")) as f:
+        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+
+
+def saved_model(run_dir, round_done: int) -> dict:
+    """The global model tensors of a run's checkpoint ``round_<round_done>``."""
+    from safetensors.torch import load_file
+
+    return load_file(os.path.join(run_dir, "checkpoints", f"round_{round_done:06d}", "model.safetensors"))
+
+
 def run_cli(args: list[str], timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     e = dict(os.environ)
     e.pop("HYDRA_FULL_ERROR", None)

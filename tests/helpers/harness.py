@@ -124,6 +124,20 @@ class MLP(nn.Module):
         return self.l2(torch.tanh(self.l1(x)))
 
 
+class QuadVec(nn.Module):
+    """One parameter vector ``w`` (from ``x0``) for the diagonal quadratics of the server-optimizer and first-order
+    identity tests (``quad_loss``)."""
+
+    def __init__(self, x0: torch.Tensor):
+        super().__init__()
+        self.w = nn.Parameter(x0.clone())
+
+
+def quad_loss(net, batch):
+    """½ Σ a ⊙ (w − c)²: client curvatures ``a`` and minimisers ``c`` come in the batch."""
+    return 0.5 * (batch["a"] * (net.w - batch["c"]) ** 2).sum()
+
+
 def regression_batches(num_clients: int, d_in=4, d_out=3, batch=6, seed=0, dtype=torch.float32):
     """Heterogeneous least squares: client c's targets come from a shared linear map plus its own perturbation
     (and a client shift), so the clients disagree but a global model can fit them all fairly well."""

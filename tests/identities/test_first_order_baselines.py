@@ -20,11 +20,10 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
 from fl_lightning import seeding
 from fl_lightning.schedule import lr_factor
-from tests.helpers.harness import FakeData, LossModule, build, make_loop, method_config
+from tests.helpers.harness import FakeData, LossModule, build, make_loop, method_config, QuadVec, quad_loss
 
 D, K, R = 4, 3, 6
 A = torch.tensor([[1.0, 0.5, 2.0, 0.2], [0.3, 1.5, 1.0, 2.5], [0.8, 0.6, 0.4, 1.2]], dtype=torch.float64)
@@ -32,18 +31,23 @@ C = torch.tensor([[1.0, -2.0, 0.5, 3.0], [-1.0, 1.0, 2.0, -0.5], [0.5, 0.5, -1.5
 X0 = torch.tensor([0.3, -0.4, 0.1, 0.2], dtype=torch.float64)
 
 
-class Vec(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(X0.clone())
-
-
-def quad_loss(net, batch):
-    return 0.5 * (batch["a"] * (net.w - batch["c"]) ** 2).sum()
+def Vec():
+    return QuadVec(X0)
 
 
 def grad(w, i, scale=1.0):
     return A[i] * (w - scale * C[i])
+
+
+def plain_fedavg_round(x, lr):
+    """One round of uniform FedAvg by hand: both clients take K plain SGD steps from x; the mean of the results."""
+    ws = []
+    for i in range(2):
+        w = x.clone()
+        for _ in range(K):
+            w = w - lr * grad(w, i)
+        ws.append(w)
+    return sum(ws) / 2
 
 
 def make(method, overrides, tmp_path, n=2, s=2, schedule="constant", rounds=R, scale=1.0):
@@ -207,13 +211,7 @@ def test_three_fedavg_momentum_names_are_three_recursions(tmp_path):
     def hsu_ref():
         x, v, out = X0.clone(), torch.zeros(D, dtype=torch.float64), []
         for _ in range(R):
-            ws = []
-            for i in range(2):
-                w = x.clone()
-                for _ in range(K):
-                    w = w - lr * grad(w, i)
-                ws.append(w)
-            v = mom * v + (x - sum(ws) / 2)  # Hsu et al.: v ← βv + Δ-gradient, x ← x − 1·v
+            v = mom * v + (x - plain_fedavg_round(x, lr))  # Hsu et al.: v ← βv + Δ-gradient, x ← x − 1·v
             x = x - v
             out.append(x)
         return out
@@ -296,13 +294,7 @@ def test_scaffold_option2_and_the_released_codes_inert_correction(tmp_path, appl
     if not applied:  # the model moves as plain uniform FedAvg
         x = X0.clone()
         for _ in range(R):
-            ys = []
-            for i in range(2):
-                y = x.clone()
-                for _ in range(K):
-                    y = y - lr * grad(y, i)
-                ys.append(y)
-            x = sum(ys) / 2
+            x = plain_fedavg_round(x, lr)
         torch.testing.assert_close(xs[-1], x, rtol=1e-12, atol=1e-12)
 
 

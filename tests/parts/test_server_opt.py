@@ -18,7 +18,7 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.server_opt import (AMSGrad, Adam, Lion, Momentum, SGD, Yogi, adam_update, amsgrad_update,
                                      momentum_update)
 from fl_lightning.strategies.parts import ModelAverage
-from tests.helpers.harness import FakeData, LossModule, build, make_loop, method_config, params_of
+from tests.helpers.harness import FakeData, LossModule, build, make_loop, method_config, params_of, QuadVec, quad_loss
 
 D, K, LOCAL_LR, ROUNDS = 4, 3, 0.1, 6
 A = torch.tensor([[1.0, 0.5, 2.0, 0.2], [0.3, 1.5, 1.0, 2.5]], dtype=torch.float64)  # curvatures per client
@@ -27,14 +27,8 @@ X0 = torch.tensor([0.3, -0.4, 0.1, 0.2], dtype=torch.float64)
 WEIGHTS = [10.0, 11.0]  # FakeData.num_samples (weighting=num_samples)
 
 
-class Vec(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.w = nn.Parameter(X0.clone())
-
-
-def quad_loss(net, batch):
-    return 0.5 * (batch["a"] * (net.w - batch["c"]) ** 2).sum()
+def Vec():
+    return QuadVec(X0)
 
 
 def quad_data() -> FakeData:

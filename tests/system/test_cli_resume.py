@@ -1,7 +1,6 @@
 """Exact resume through the CLI (invariant 2), refusal on a changed config, and SIGTERM checkpointing."""
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import subprocess
@@ -9,9 +8,8 @@ import sys
 import time
 
 import pytest
-from safetensors.torch import load_file
 
-from tests.helpers.cli import ROOT, run_cli
+from tests.helpers.cli import ROOT, metric_rows, run_cli, saved_model
 
 pytestmark = pytest.mark.slow
 
@@ -19,13 +17,11 @@ BASE = ["fl.num_clients=6", "fl.clients_per_round=3", "fl.local_steps=3", "train
         "trainer.accelerator=cpu", "method.momentum=0.9", "method.parts.local_optimizer.state=persistent"]
 
 
-def rows(run_dir):
-    with open(os.path.join(run_dir, "metrics.csv")) as f:
-        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
+rows = metric_rows
 
 
 def final_model(run_dir, r=6):
-    return load_file(os.path.join(run_dir, "checkpoints", f"round_{r:06d}", "model.safetensors"))
+    return saved_model(run_dir, r)
 
 
 def assert_same_model(a, b):

@@ -4,7 +4,6 @@ locked or used directory is refused in one line, boolean flags parse strictly, a
 stops both processes cleanly with a checkpoint from every rank."""
 from __future__ import annotations
 
-import csv
 import fcntl
 import os
 import shutil
@@ -16,7 +15,7 @@ import time
 import pytest
 from safetensors.torch import load_file
 
-from tests.helpers.cli import ROOT, one_line_error, run_cli
+from tests.helpers.cli import ROOT, metric_rows, one_line_error, run_cli, saved_model
 
 pytestmark = pytest.mark.slow
 
@@ -25,13 +24,7 @@ BASE = ["fl.num_clients=12", "fl.clients_per_round=2", "fl.local_steps=3", "trai
         "trainer.accelerator=cpu", "method.momentum=0.9", "method.parts.local_optimizer.state=persistent"]
 
 
-def rows(run_dir):
-    with open(os.path.join(run_dir, "metrics.csv")) as f:
-        return [{k: v for k, v in r.items() if k != "wall_s"} for r in csv.DictReader(f)]
-
-
-def model(run_dir, r):
-    return load_file(os.path.join(run_dir, "checkpoints", f"round_{r:06d}", "model.safetensors"))
+rows, model = metric_rows, saved_model
 
 
 def test_offload_crash_resumes_bit_identical_from_the_directory_alone(tmp_path):
