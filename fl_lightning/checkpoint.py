@@ -22,6 +22,11 @@ them: the folder is renamed ``round_N.clients`` and everything else in it remove
 lazily, one client at a time. A checkpoint's client files are thus only complete together with the earlier files of
 the same ``checkpoints/`` folder.
 
+With one process a checkpoint is written behind the next round (``checkpoint.background_mb``, the most client-state
+bytes to copy for it): :meth:`Checkpointer.save` copies the states and returns, a thread writes, checksums, fsyncs,
+renames and prunes, and the next save, :meth:`~Checkpointer.wait` or load waits for it (one in flight; its error is
+re-raised there). The rename is still the commit point: a crash while it is written leaves the previous checkpoint.
+
 Loading is strict. The checkpoint must carry exactly the objects given; each object's ``load_state_dict`` receives a
 :class:`TrackedState` that records which keys it read, and a key it asked for but the checkpoint lacks, or a key
 the checkpoint holds but nothing read, is a one-line :class:`~fl_lightning.errors.ResumeError` naming the key (a
@@ -31,6 +36,7 @@ also accepts a changed config hash. A different process count is always refused 
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -39,6 +45,7 @@ import os
 import re
 import shutil
 import struct
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Protocol
 
@@ -151,9 +158,38 @@ def latest_checkpoint(ckpt_root: str) -> str | None:
     return found[-1] if found else None
 
 
-def _split(state: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items() if isinstance(v, Tensor)}
+def _split(state: dict[str, Any], copy: bool = False) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """The tensors of ``state`` on the CPU (copies, with ``copy``) and the rest."""
+    tensors = {k: v.detach().to("cpu", copy=copy).contiguous() for k, v in state.items() if isinstance(v, Tensor)}
     return tensors, {k: v for k, v in state.items() if not isinstance(v, Tensor)}
+
+
+def _nbytes(layout: Mapping[str, tuple[torch.dtype, tuple[int, ...]]]) -> int:
+    return sum(math.prod(shape) * dtype.itemsize for dtype, shape in layout.values())
+
+
+class _Copied:
+    """Copies of some clients' states, read like the store by :func:`_write_clients` (a checkpoint written behind)."""
+
+    def __init__(self, states: dict[int, dict[str, Tensor]]):
+        self.states = {c: {k: v.detach().to("cpu", copy=True) for k, v in s.items()} for c, s in states.items()}
+
+    def layout(self, cid: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
+        return {k: (v.dtype, tuple(v.shape)) for k, v in self.states[cid].items()}
+
+    def get(self, cid: int) -> dict[str, Tensor]:
+        return self.states[cid]
+
+
+class _Job:
+    """One checkpoint, as taken by :meth:`Checkpointer._snapshot`."""
+
+    def __init__(self, final: str, round_done: int, objects: list[str]):
+        self.final, self.tmp, self.round_done, self.objects = final, final + ".tmp", round_done, objects
+        self.copied = False  # written behind, from copies
+        self.states: dict[str, tuple[dict[str, Tensor], dict[str, Any]]] = {}
+        self.clients: dict[str, tuple] = {}  # per-rank name -> (source, held, write, where, digests)
+        self.stores: dict[str, ClientShards] = {}  # marked saved once the checkpoint is in place
 
 
 def _write_json(obj: Any, path: str, sync: bool = True) -> None:
@@ -258,7 +294,11 @@ class Checkpointer:
     """Saves and strictly loads ``{name: Stateful}`` (see the module docstring)."""
 
     def __init__(self, root: str, *, config_hash: str = "", keep_last: int = 2, rank: int = 0, world_size: int = 1,
-                 barrier: Callable[[], None] | None = None, per_rank: tuple[str, ...] = ("clients",)):
+                 barrier: Callable[[], None] | None = None, per_rank: tuple[str, ...] = ("clients",),
+                 background_bytes: int = 0):
+        self.background_bytes = int(background_bytes)
+        self._thread: threading.Thread | None = None  # the checkpoint being written behind
+        self._error: BaseException | None = None  # its failure, re-raised by wait()
         self.root, self.config_hash, self.keep_last = root, config_hash, int(keep_last)
         self.rank, self.world_size, self.per_rank = rank, world_size, tuple(per_rank)
         self.barrier = barrier or (lambda: None)
@@ -280,24 +320,86 @@ class Checkpointer:
 
     # ------------------------------------------------------------------ save
     def save(self, round_done: int, objects: Mapping[str, Stateful]) -> str:
+        """Checkpoint ``objects`` after round ``round_done``; returns the checkpoint's path.
+
+        With ``background_bytes`` > 0 and one process, the states are copied now and a thread writes, fsyncs and
+        renames the checkpoint into place while the next round runs (when the client states to write are at most
+        ``background_bytes``; more, as after a long ``checkpoint.every``, are written now, streamed from the store,
+        so memory stays flat). At most one checkpoint is in flight: the next save, :meth:`wait` and every load wait
+        for it first, and re-raise its error. With several processes the save has barriers, so it is written now."""
+        self.wait()
+        job = self._snapshot(round_done, objects)
+        if job.copied:
+            self._thread = threading.Thread(target=self._write_behind, args=(job,), name="fl-checkpoint")
+            self._thread.start()
+        else:
+            self._write(job)
+        return job.final
+
+    def wait(self, quiet: bool = False) -> None:
+        """Block until the checkpoint being written behind (if any) is in place; re-raise its error (log it, with
+        ``quiet``, for a run that is failing anyway)."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.join()
+        err, self._error = self._error, None
+        if err is not None:
+            if not quiet:
+                raise err
+            log.error("the checkpoint written in the background failed: %s", err)
+
+    def _write_behind(self, job: "_Job") -> None:
+        try:
+            self._write(job)
+        except BaseException as err:  # re-raised in the main thread by wait()
+            shutil.rmtree(job.tmp, ignore_errors=True)
+            self._error = err
+
+    def _snapshot(self, round_done: int, objects: Mapping[str, Stateful]) -> "_Job":
+        """What a checkpoint writes, taken now: the objects' states (tensors on the CPU) and, per per-rank store, the
+        clients to write. To be written behind, the tensors and the client states are copied (a later round changes
+        them in place), else the client states are streamed from the store when written."""
         final = os.path.join(self.root, f"round_{round_done:06d}")
-        tmp = final + ".tmp"
-        states = {name: obj.state_dict() for name, obj in objects.items() if name not in self.per_rank}
+        job = _Job(final, round_done, sorted(objects))
+        plans = {}
+        for name in self.per_rank:
+            if name in objects:
+                store = objects[name]
+                where, digests = self._index.get(name, ({}, {}))
+                held, changed = store.clients(), store.changed()
+                write = [c for c in held if c in changed or c not in where]
+                plans[name] = (store, held, write, where, digests)
+        size = sum(_nbytes(store.layout(c)) for store, _, write, _, _ in plans.values() for c in write)
+        job.copied = self.world_size == 1 and 0 < self.background_bytes and size <= self.background_bytes
+        for name, obj in objects.items():
+            if name not in self.per_rank:
+                tensors, rest = _split(obj.state_dict(), copy=job.copied)
+                job.states[name] = (tensors, copy.deepcopy(rest) if job.copied else rest)
+        for name, (store, held, write, where, digests) in plans.items():
+            source = _Copied({c: store.get(c) for c in write}) if job.copied else store
+            job.clients[name] = (source, held, write, where, digests)
+            if job.copied:
+                store.mark_saved()  # the copies hold them; later changes go into the next checkpoint
+            else:
+                job.stores[name] = store
+        return job
+
+    def _write(self, job: "_Job") -> None:
+        final, tmp = job.final, job.tmp
         if self.rank == 0:
             os.makedirs(self.root, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
         self._sync()
-        index = {name: self._save_clients(tmp, os.path.basename(final), name, objects[name])
-                 for name in self.per_rank if name in objects}
+        index = {name: self._save_clients(tmp, os.path.basename(final), name, *plan)
+                 for name, plan in job.clients.items()}
         if self.world_size > 1:  # on disk before rank 0 lists them (one process: synced with rank 0's files below)
             _sync_files([os.path.join(tmp, self._stem(name) + ext) for name in index for ext in (".safetensors", ".json")])
         self._sync()  # every process's client files and index are in tmp
         if self.rank == 0:
-            meta: dict[str, Any] = {"format": FORMAT, "round": round_done, "config_hash": self.config_hash,
-                                    "world_size": self.world_size, "objects": sorted(objects), "state": {}}
-            for name, state in states.items():
-                tensors, rest = _split(state)
+            meta: dict[str, Any] = {"format": FORMAT, "round": job.round_done, "config_hash": self.config_hash,
+                                    "world_size": self.world_size, "objects": job.objects, "state": {}}
+            for name, (tensors, rest) in job.states.items():
                 save_file(tensors, os.path.join(tmp, name + ".safetensors"))
                 if rest:
                     meta["state"][name] = rest
@@ -317,16 +419,14 @@ class Checkpointer:
         self._sync()
         for name, saved in index.items():  # the checkpoint is in place: later ones may refer to it
             self._index[name] = saved
-            objects[name].mark_saved()
+        for store in job.stores.values():
+            store.mark_saved()
         self.last = final
-        return final
 
-    def _save_clients(self, tmp: str, round_name: str, name: str, store: ClientShards) -> tuple[dict, dict]:
-        """This process's client file (the clients changed since the last checkpoint, or not in it) and its index
-        (every client held -> the checkpoint holding its state; those checkpoints' client-file checksums)."""
-        where, digests = self._index.get(name, ({}, {}))
-        held, changed = store.clients(), store.changed()
-        write = [c for c in held if c in changed or c not in where]
+    def _save_clients(self, tmp: str, round_name: str, name: str, store: ClientShards, held: list[int],
+                      write: list[int], where: dict[int, str], digests: dict[str, str]) -> tuple[dict, dict]:
+        """This process's client file (``write``: the clients changed since the last checkpoint, or not in it) and its
+        index (every client ``held`` -> the checkpoint holding its state; those checkpoints' client-file checksums)."""
         digest = _write_clients(os.path.join(tmp, self._stem(name) + ".safetensors"), store, write)
         where = {c: where.get(c, round_name) for c in held} | {c: round_name for c in write}
         digests = {r: digests[r] for r in set(where.values()) if r != round_name} | {round_name: digest}
@@ -374,6 +474,7 @@ class Checkpointer:
         warning line and the previous one is tried. None if there is no checkpoint at all; a one-line
         :class:`DamagedCheckpoint` if every one is damaged. A mismatch of config or state layout is not damage: it
         stops the resume (strict loading)."""
+        self.wait()
         root = root or self.root
         found = list_checkpoints(root)
         if not found:
@@ -469,6 +570,7 @@ class Checkpointer:
     def load(self, path: str, objects: Mapping[str, Stateful], force: bool = False) -> dict:
         """Restore ``objects`` from the checkpoint at ``path`` (verified, then strictly; see the module docstring).
         Returns its meta."""
+        self.wait()
         states, meta = self.verify(path, objects)
         return self._restore(path, states, meta, objects, force)
 

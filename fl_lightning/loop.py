@@ -61,15 +61,21 @@ class StopRequested(Exception):
         super().__init__(f"stopped by signal {signum} after round {round_done}")
 
 
-def assign_clients(work: list[float], world: int) -> list[int]:
-    """The process that owns each client (trains it and keeps its state): greedy longest-first, clients by
-    decreasing local work (steps per round; they differ under ``local_epochs``), each to the least-loaded process
-    (ties: lower id, lower rank). Deterministic, so every process computes the same map."""
-    load, owner = [0.0] * world, [0] * len(work)
-    for c in sorted(range(len(work)), key=lambda c: (-work[c], c)):
+def assign_clients(work: list[float], world: int, clients=None, pinned=None) -> dict[int, int] | list[int]:
+    """The process that trains each of ``clients`` (default: all, returned as a list): a client whose state a
+    process holds (``pinned[c]`` >= 0) trains there; the others greedy longest-first, by decreasing local work (steps
+    per round; they differ under ``local_epochs``), each to the least-loaded process (ties: lower id, lower rank).
+    Deterministic, so every process computes the same map."""
+    load, owner = [0.0] * world, {}
+    todo = range(len(work)) if clients is None else clients
+    for c in todo:
+        if pinned is not None and pinned[c] >= 0:
+            owner[c] = pinned[c]
+            load[owner[c]] += work[c]
+    for c in sorted((c for c in todo if c not in owner), key=lambda c: (-work[c], c)):
         r = min(range(world), key=lambda r: (load[r], r))
         owner[c], load[r] = r, load[r] + work[c]
-    return owner
+    return [owner[c] for c in range(len(work))] if clients is None else owner
 
 
 class FederatedLoop:
@@ -92,9 +98,13 @@ class FederatedLoop:
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
         self.param_dtype = next(iter(self.params.values())).dtype
         self.global_params: dict[str, Tensor] = {k: v.detach().clone() for k, v in self.local.items()}
-        work = [float(data.steps_per_round(c, config.local_steps, config.local_epochs)) for c in range(self.n)]
-        self.owner = assign_clients(work, self.world)
+        self.work = [float(data.steps_per_round(c, config.local_steps, config.local_epochs)) for c in range(self.n)]
+        # home processes (balanced over all clients): who sets up clients' states and hands idle clients to the strategy
+        self.owner = assign_clients(self.work, self.world)
         self.owned = [c for c in range(self.n) if self.owner[c] == self.rank]
+        # the process holding each client's state (-1: none; the client trains where the round's balance puts it),
+        # the same on every process: found after setup, kept by one flag per sampled client in each round's reduction
+        self.pinned = [-1] * self.n
         self.store = store or ClientStateStore(self.device)
         self.checkpointer = checkpointer or Checkpointer(os.path.join(run_dir, "checkpoints"), rank=self.rank,
                                                          world_size=self.world, barrier=fabric.barrier)
@@ -241,7 +251,8 @@ class FederatedLoop:
         """Sample, train the sampled clients this process owns, aggregate, update the server. Returns the round's
         metrics (train loss, lr factor and whatever the strategy's parts report)."""
         sampled = seeding.sample_clients(self.seed, r, self.n, self.S)
-        mine = [c for c in sampled if self.owner[c] == self.rank]
+        owner = assign_clients(self.work, self.world, sampled, self.pinned) if self.world > 1 else {}
+        mine = [c for c in sampled if owner.get(c, 0) == self.rank]
         lr_f = self.lr_factor(r)
         down = self.strategy.broadcast(r)
         received = {k: m.tensor for k, m in down.items()}
@@ -263,7 +274,12 @@ class FederatedLoop:
             self.idle_clients(r, set(sampled), received, lr_f)
         if self.world > 1:
             agg.all_reduce(self._all_reduce, self._gather_object, self.device)
-        tot = self._all_reduce(torch.tensor([float(up_bits), loss_total], dtype=torch.float64, device=self.device))
+        pins = [float(self.rank + 1) if c in mine and self.pinned[c] < 0 and self.store.layout(c) else 0.0
+                for c in sampled] if self.world > 1 else []  # clients that now hold state, reduced with the totals
+        tot = self._all_reduce(torch.tensor([float(up_bits), loss_total] + pins, dtype=torch.float64, device=self.device))
+        for c, p in zip(sampled, tot[2:].tolist()):
+            if p:  # it trains on that process from now on
+                self.pinned[c] = int(p) - 1
         part_metrics = self.strategy.server_update(r, agg)
         self.recorder.add(uplink_bits=int(tot[0]), downlink_bits=down_bits)
         return {"train_loss": float(tot[1]) / len(sampled), **part_metrics, "lr_factor": lr_f,
@@ -328,6 +344,21 @@ class FederatedLoop:
                                   "point resume= at a run directory that has checkpoints/round_*")
             self.recorder.write_csv()
             log.info("resumed from %s (round %d)", path, self.round)
+        self._find_pins()
+
+    def _find_pins(self) -> None:
+        """Which process holds each client's state, after setup or a resume (one all-reduce with several processes).
+        A strategy that hands idle clients their state keeps every client on its home process."""
+        if self.world == 1:
+            return
+        if self.strategy.uses_idle_clients:
+            self.pinned = list(self.owner)
+            return
+        held = torch.zeros(self.n, dtype=torch.float64)
+        for c in self.store.clients():
+            if self.store.layout(c):
+                held[c] = self.rank + 1
+        self.pinned = [int(p) - 1 for p in self._all_reduce(held.to(self.device)).tolist()]
 
     # ------------------------------------------------------------------ run
     def _on_signal(self, signum, frame):  # first signal: stop at the next safe point; second: abort
@@ -374,10 +405,14 @@ class FederatedLoop:
                         signum = signum or self._agreed_stop()  # a signal that arrived during the save: stop now
                     if signum and self.round < end:  # at the end the run finishes normally (summary and all)
                         raise StopRequested(self.round, signum)
+                self.checkpointer.wait()  # the last checkpoint is in place before the run reports
                 summary = self.summary()
                 for lg in self.fabric.loggers:
                     lg.finalize("success")
                 progress.summary(summary)
+        except BaseException:
+            self.checkpointer.wait(quiet=True)  # one being written behind still lands (its own error only logged)
+            raise
         finally:
             for s, h in old.items():
                 signal.signal(s, h)

@@ -117,3 +117,19 @@ def test_clients_are_assigned_to_processes_by_work():
     owner = assign_clients(work, 2)
     assert balance(owner) > 0.95 and balance([c % 2 for c in range(len(work))]) < 0.2
     assert owner == assign_clients(work, 2)  # every process computes the same map
+
+
+def test_a_round_places_clients_holding_state_on_their_process_and_balances_the_rest():
+    """Per round (issue 18 item 3): the sampled clients whose state a process holds train there; the free ones fill
+    up the lighter process longest-first. W1's first round as an example: a fixed map over all clients gives
+    76 against 41 steps (per epoch), the round's own map 60 against 57."""
+    from fl_lightning.loop import assign_clients
+
+    work = [5.0, 9.0, 4.0, 7.0, 1.0, 6.0]
+    free = [-1] * 6
+    assert assign_clients(work, 2, [0, 2, 3, 5], free) == {3: 0, 5: 1, 0: 1, 2: 0}  # 11 against 11
+    pinned = [1, -1, -1, 1, -1, -1]  # clients 0 and 3 hold state on process 1
+    got = assign_clients(work, 2, [0, 2, 3, 5], pinned)
+    assert got[0] == got[3] == 1 and got[5] == got[2] == 0  # 12 on 1, so the free ones go to 0
+    assert assign_clients(work, 2, [1, 4], pinned) == {1: 0, 4: 1}
+    assert assign_clients(work, 1, [0, 3], [0] * 6) == {0: 0, 3: 0}

@@ -11,7 +11,7 @@ augmentation), the FedAvg CNN (878,538 parameters), 5 rounds, the test set evalu
 Both are timed from interpreter start to exit, interleaved (framework, bare, framework, bare, ...), with one thread
 per process; the peak resident memory of each whole process tree is sampled from /proc. With ``--processes 2``
 the framework runs ``trainer.devices=2`` (gloo) and the bare loop two 1-thread processes, each training the clients
-the framework's assignment gives its rank.
+the framework's per-round assignment gives its rank.
 
     python tools/bench.py                   # 1 process, 2 repetitions
     python tools/bench.py --processes 2
@@ -54,7 +54,7 @@ def write_fake_cifar10(root: str, n_train: int = 50_000, n_test: int = 10_000) -
 
 
 def framework_plan(root: str, out: str, world: int) -> None:
-    """The clients, their indices, the sampled clients of each round and each client's process, exactly as the
+    """The clients, their indices, the sampled clients of each round and the process training each, exactly as the
     framework computes them, saved for the bare loop (this is set-up, not timed)."""
     sys.path.insert(0, ROOT)
     from hydra import compose, initialize_config_dir
@@ -67,8 +67,10 @@ def framework_plan(root: str, out: str, world: int) -> None:
         cfg = compose(config_name="config", overrides=overrides(root, world))
     data = build_federated_data(cfg.data, W1["num_clients"], W1["seed"], "cpu")
     n = W1["num_clients"]
-    owner = assign_clients([float(data.steps_per_round(c, None, W1["epochs"])) for c in range(n)], world)
+    work = [float(data.steps_per_round(c, None, W1["epochs"])) for c in range(n)]
     sampled = [seeding.sample_clients(W1["seed"], r, n, W1["per_round"]) for r in range(W1["rounds"])]
+    # per round, as the loop places clients that hold no state (plain SGD keeps none)
+    owner = [[assign_clients(work, world, list(s), [-1] * n).get(c, -1) for c in range(n)] for s in sampled]
     np.savez(os.path.join(out, "plan.npz"), owner=np.array(owner), sampled=np.array(sampled),
              **{f"c{c}": np.asarray(data.client_indices[c]) for c in range(n)})
 
@@ -107,7 +109,7 @@ def bare(root: str, plan: str, rank: int, world: int) -> None:
     glob = [t.detach().clone() for t in net.parameters()]
     for r in range(len(sampled)):
         total, weight = [torch.zeros_like(t) for t in glob], 0.0
-        for c in (int(c) for c in sampled[r] if owner[int(c)] == rank):
+        for c in (int(c) for c in sampled[r] if owner[r][int(c)] == rank):
             idx = torch.from_numpy(p[f"c{c}"])
             with torch.no_grad():
                 for q, t in zip(net.parameters(), glob):

@@ -1,6 +1,9 @@
 """Invariant 3: the same run on 1 and on 2 Fabric processes (gloo, CPU) gives the same global model up to float
-summation order. Clients are owned by process ``client % world_size``; uploads are all-reduced."""
+summation order. A client holding state trains on the process holding it, the others where the round's balance puts
+them; uploads are all-reduced."""
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -11,13 +14,18 @@ from tests.helpers.cli import run_cli
 pytestmark = pytest.mark.slow
 
 BASE = ["fl.num_clients=8", "fl.clients_per_round=5", "fl.rounds=3", "fl.local_steps=3", "trainer.progress=false",
-        "trainer.accelerator=cpu", "method.momentum=0.9", "method.parts.local_optimizer.state=persistent"]
+        "trainer.accelerator=cpu"]
+STATE = {"persistent": ["method.momentum=0.9", "method.parts.local_optimizer.state=persistent"],
+         "none": ["method.momentum=0", "fl.local_steps=null", "fl.local_epochs=1"]}
 
 
-def test_two_processes_match_one(tmp_path):
+@pytest.mark.parametrize("state", STATE)
+def test_two_processes_match_one(tmp_path, state):
+    """Clients holding state (persistent momentum) train on the process that holds it; clients without (plain SGD,
+    unequal local work under local_epochs) are placed per round, balancing the processes' steps."""
     one, two = tmp_path / "one", tmp_path / "two"
-    p1 = run_cli(BASE + [f"hydra.run.dir={one}"])
-    p2 = run_cli(BASE + ["trainer.devices=2", "trainer.strategy=ddp", f"hydra.run.dir={two}"])
+    p1 = run_cli(BASE + STATE[state] + [f"hydra.run.dir={one}"])
+    p2 = run_cli(BASE + STATE[state] + ["trainer.devices=2", "trainer.strategy=ddp", f"hydra.run.dir={two}"])
     assert p1.returncode == 0, p1.stderr
     assert p2.returncode == 0, p2.stderr
     a = load_file(str(one / "checkpoints" / "round_000003" / "model.safetensors"))
@@ -35,6 +43,13 @@ def test_two_processes_match_one(tmp_path):
     # the two-process checkpoint holds both processes' client states
     names = {f.name for f in (two / "checkpoints" / "round_000003").iterdir()}
     assert {"clients.rank0.safetensors", "clients.rank1.safetensors"} <= names
+    ckpts = [two / "checkpoints" / r for r in os.listdir(two / "checkpoints")]  # kept and retained folders
+    rank0, rank1 = ({key.split("/")[0] for d in ckpts for key in load_file(str(d / f"clients.rank{k}.safetensors"))}
+                    for k in (0, 1))
+    if state == "persistent":  # each client's state on one process, both processes holding some
+        assert rank0 and rank1 and not rank0 & rank1
+    else:
+        assert not rank0 and not rank1  # nothing to hold
 
 
 @pytest.mark.parametrize("name", ["fedmuon_bc", "fedmuon"])
