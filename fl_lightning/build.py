@@ -241,6 +241,17 @@ def check_model_memory(cfg: DictConfig, info, device: torch.device, copies: int 
                           "or run where more memory is free")
 
 
+def _check_launcher(fabric) -> None:
+    """train.py runs as a script in every process (Fabric re-runs it per rank); launchers that start processes from a
+    function (``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``) are refused in one line instead of Fabric's TypeError."""
+    from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    if isinstance(fabric.strategy.launcher, _MultiProcessingLauncher):
+        raise ConfigError("trainer.strategy", "train.py starts one process per device by re-running itself; "
+                          f"{type(fabric.strategy).__name__} with {fabric.strategy.launcher._start_method} start-up "
+                          "starts them from a function", "use trainer.strategy=ddp")
+
+
 def build(cfg: DictConfig, run_dir: str, fabric=None):
     """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``)."""
     from .data import build_federated_data
@@ -253,6 +264,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
     os.makedirs(run_dir, exist_ok=True)
     if fabric is None:
         fabric = make_fabric(cfg, run_dir)
+        _check_launcher(fabric)
         LAUNCHERS.append(fabric.strategy.launcher)  # its children are told of a signal before the loop runs
         with signals_deferred():  # a half-made process group would leave the other ranks a C++ error to print
             fabric.launch()

@@ -53,6 +53,12 @@ def test_bad_values(override, key, tmp_path):
     one_line_error(p, key, "fix:")
 
 
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork"])
+def test_launchers_that_start_processes_from_a_function_are_refused(strategy, tmp_path):
+    p = run_cli(FAST + ["trainer.devices=2", f"trainer.strategy={strategy}", f"hydra.run.dir={tmp_path}"])
+    one_line_error(p, "trainer.strategy", "use trainer.strategy=ddp")
+
+
 def test_missing_data_dir_names_the_path(tmp_path):
     missing = tmp_path / "nowhere"
     p = run_cli(FAST + ["data=cifar10", f"data.root={missing}", f"hydra.run.dir={tmp_path / 'run'}"])
