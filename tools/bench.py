@@ -9,7 +9,8 @@ augmentation), the FedAvg CNN (878,538 parameters), 5 rounds, the test set evalu
   and sampler, computed beforehand and handed over as index files), the same local steps, size-weighted averaging.
 
 Both are timed from interpreter start to exit, interleaved (framework, bare, framework, bare, ...), with one thread
-per process; the peak resident memory of each whole process tree is sampled from /proc. With ``--processes 2``
+per process; the peak resident memory of each whole process tree is sampled from /proc, as the sum of the
+processes' RSS (a page shared by two processes counted twice) and of their PSS (counted once in all). With ``--processes 2``
 the framework runs ``trainer.devices=2`` (gloo) and the bare loop two 1-thread processes, each training the clients
 the framework's per-round assignment gives its rank.
 
@@ -135,14 +136,16 @@ def bare(root: str, plan: str, rank: int, world: int) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- timing
-def tree_rss(pid: int) -> int:
-    """Resident bytes of ``pid`` and all its descendants (from /proc)."""
+def tree_memory(pid: int, pss: bool = False) -> int:
+    """Resident bytes of ``pid`` and all its descendants (from /proc): the sum of their RSS, or with ``pss`` of their
+    proportional set sizes (a page shared by k processes, such as torch's libraries, counted 1/k in each)."""
+    field, path = ("Pss:", "smaps_rollup") if pss else ("VmRSS:", "status")
     total, stack = 0, [pid]
     while stack:
         p = stack.pop()
         try:
-            with open(f"/proc/{p}/status") as f:
-                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+            with open(f"/proc/{p}/{path}") as f:
+                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith(field))
             for t in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{t}/children") as f:
                     stack += [int(c) for c in f.read().split()]
@@ -151,18 +154,23 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def timed(cmds: list[list[str]]) -> tuple[float, int]:
-    """Start every command at once; seconds until the last one exits, and the peak summed RSS of their trees."""
+def timed(cmds: list[list[str]]) -> tuple[float, int, int]:
+    """Start every command at once; seconds until the last one exits, and the peak summed RSS and PSS of their trees
+    (RSS every 50 ms; PSS, dearer to read, every 0.5 s)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.pop("HYDRA_FULL_ERROR", None)
     t0 = time.perf_counter()
     procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for c in cmds]
-    peak, done = [0], threading.Event()
+    peak, done = [0, 0], threading.Event()
 
     def sample():
+        k = 0
         while not done.is_set():
-            peak[0] = max(peak[0], sum(tree_rss(p.pid) for p in procs))
+            peak[0] = max(peak[0], sum(tree_memory(p.pid) for p in procs))
+            if k % 10 == 0:
+                peak[1] = max(peak[1], sum(tree_memory(p.pid, pss=True) for p in procs))
+            k += 1
             time.sleep(0.05)
 
     th = threading.Thread(target=sample, daemon=True)
@@ -174,7 +182,7 @@ def timed(cmds: list[list[str]]) -> tuple[float, int]:
     for p, (out, err) in zip(procs, outs):
         if p.returncode:
             raise SystemExit(f"{' '.join(p.args)} failed:\n{err[-3000:]}")
-    return elapsed, peak[0]
+    return elapsed, peak[0], peak[1]
 
 
 def main(argv=None) -> int:
@@ -200,12 +208,13 @@ def main(argv=None) -> int:
                           "overwrite=true"]]))
         br.append(timed([[sys.executable, os.path.abspath(__file__), "--bare", f"--processes={world}",
                           f"--rank={r}", f"--work={args.work}"] for r in range(world)]))
-        print(f"repeat {k + 1}: framework {fw[-1][0]:.1f} s, {fw[-1][1] / 2**20:.0f} MiB; "
-              f"bare {br[-1][0]:.1f} s, {br[-1][1] / 2**20:.0f} MiB", flush=True)
-    f_s, b_s = statistics.median(t for t, _ in fw), statistics.median(t for t, _ in br)
-    print(f"W1, {world} process(es) x 1 thread, median of {args.repeats}: framework {f_s:.1f} s "
-          f"(peak tree memory {max(m for _, m in fw) / 2**20:.0f} MiB), bare {b_s:.1f} s "
-          f"({max(m for _, m in br) / 2**20:.0f} MiB)")
+        print(f"repeat {k + 1}: framework {fw[-1][0]:.1f} s, RSS {fw[-1][1] / 2**20:.0f} MiB, PSS "
+              f"{fw[-1][2] / 2**20:.0f} MiB; bare {br[-1][0]:.1f} s, RSS {br[-1][1] / 2**20:.0f} MiB, PSS "
+              f"{br[-1][2] / 2**20:.0f} MiB", flush=True)
+    f_s, b_s = statistics.median(r[0] for r in fw), statistics.median(r[0] for r in br)
+    print(f"W1, {world} process(es) x 1 thread, median of {args.repeats}: framework {f_s:.1f} s (peak tree memory: "
+          f"RSS {max(r[1] for r in fw) / 2**20:.0f} MiB, PSS {max(r[2] for r in fw) / 2**20:.0f} MiB), bare "
+          f"{b_s:.1f} s (RSS {max(r[1] for r in br) / 2**20:.0f} MiB, PSS {max(r[2] for r in br) / 2**20:.0f} MiB)")
     print(f"ratio {f_s / b_s:.3f}")
     return 0
 
