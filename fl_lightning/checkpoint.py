@@ -36,7 +36,6 @@ also accepts a changed config hash. A different process count is always refused 
 """
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import logging
@@ -374,7 +373,7 @@ class Checkpointer:
         for name, obj in objects.items():
             if name not in self.per_rank:
                 tensors, rest = _split(obj.state_dict(), copy=job.copied)
-                job.states[name] = (tensors, copy.deepcopy(rest) if job.copied else rest)
+                job.states[name] = (tensors, json.loads(json.dumps(rest)) if job.copied else rest)  # what meta.json gets
         for name, (store, held, write, where, digests) in plans.items():
             source = _Copied({c: store.get(c) for c in write}) if job.copied else store
             job.clients[name] = (source, held, write, where, digests)
