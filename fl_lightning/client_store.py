@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 import torch
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
@@ -102,6 +101,12 @@ def _unparse(layout: dict) -> str:
     return json.dumps({k: [str(dtype).removeprefix("torch."), list(shape), o] for k, (dtype, shape, o) in layout.items()})
 
 
+def _header(f) -> tuple[dict, int]:
+    """The JSON header of the safetensors file ``f`` and where its data starts (only the header is read)."""
+    n = int.from_bytes(f.read(8), "little")
+    return json.loads(f.read(n)), 8 + n
+
+
 def _parse(metadata: dict[str, str]) -> dict:
     layout = {}
     for k, (name, shape, o) in json.loads(metadata["layout"]).items():
@@ -156,8 +161,14 @@ class ClientStateStore:
             return self._mem.get(cid)
         if not os.path.exists(self._path(cid)):
             return None
-        with safe_open(self._path(cid), "pt") as f:
-            return _Flat(f.get_tensor("flat"), _parse(f.metadata()))
+        with open(self._path(cid), "rb") as f:
+            header, data = _header(f)
+            lo, hi = header["flat"]["data_offsets"]
+            buf = torch.empty(hi - lo, dtype=torch.uint8)  # 64-byte aligned, read straight into
+            f.seek(data + lo)
+            if f.readinto(memoryview(buf.numpy())) != hi - lo:
+                raise OSError(f"{self._path(cid)} is truncated")
+        return _Flat(buf, _parse(header["__metadata__"]))
 
     def get(self, cid: int) -> dict[str, Tensor]:
         """The stored (CPU) state of ``cid``, as views of its one buffer (read-only: write a new state with ``put``);
@@ -234,8 +245,8 @@ class ClientStateStore:
     def layout(self, cid: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         """``{key: (dtype, shape)}`` of the stored state of ``cid``, without reading its values from disk."""
         if self.offload_dir:
-            with safe_open(self._path(cid), "pt") as f:
-                layout = _parse(f.metadata())
+            with open(self._path(cid), "rb") as f:
+                layout = _parse(_header(f)[0]["__metadata__"])
         else:
             layout = self._mem[cid].layout if cid in self._mem else {}
         return {k: (dtype, shape) for k, (dtype, shape, _) in layout.items()}
