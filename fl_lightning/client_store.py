@@ -164,7 +164,7 @@ class ClientStateStore:
         with open(self._path(cid), "rb") as f:
             header, data = _header(f)
             lo, hi = header["flat"]["data_offsets"]
-            buf = torch.empty(hi - lo, dtype=torch.uint8)  # 64-byte aligned, read straight into
+            buf = self._alloc(hi - lo)  # 64-byte aligned, read straight into
             f.seek(data + lo)
             if f.readinto(memoryview(buf.numpy())) != hi - lo:
                 raise OSError(f"{self._path(cid)} is truncated")
@@ -174,7 +174,16 @@ class ClientStateStore:
         """The stored (CPU) state of ``cid``, as views of its one buffer (read-only: write a new state with ``put``);
         empty if it never trained."""
         flat = self._flat(cid)
-        return _views(flat.buf, flat.layout) if flat is not None else {}
+        if flat is None:
+            return {}
+        out = _views(flat.buf, flat.layout)
+        self._read_done(flat)
+        return out
+
+    def _read_done(self, flat: _Flat) -> None:
+        """A buffer read from a client file, handed out as views: reused once they are all gone."""
+        if self.offload_dir:
+            self._retire(flat.buf)
 
     def _staging(self, which: str, nbytes: int) -> Tensor:
         """The first ``nbytes`` of the pinned staging buffer ``which`` ("in" / "out"), grown as needed."""
@@ -268,13 +277,16 @@ class ClientStateStore:
         if flat is None:
             return {}
         if self.device.type == "cpu":
-            return _views(flat.buf if self.offload_dir else self._copy(flat.buf), flat.layout)
-        head = flat.head
-        moving = {k: v for k, v in flat.layout.items() if v[1]}  # all before head (even empty ones)
-        out = _views(flat.buf[head:].clone(), {k: v for k, v in flat.layout.items() if k not in moving}, head)
-        if moving:
-            out |= _views(self._to_device(flat.buf[:head]), moving)
-        return {k: out[k] for k in flat.layout}
+            out = _views(flat.buf if self.offload_dir else self._copy(flat.buf), flat.layout)
+        else:
+            head = flat.head
+            moving = {k: v for k, v in flat.layout.items() if v[1]}  # all before head (even empty ones)
+            out = _views(flat.buf[head:].clone(), {k: v for k, v in flat.layout.items() if k not in moving}, head)
+            if moving:
+                out |= _views(self._to_device(flat.buf[:head]), moving)
+            out = {k: out[k] for k in flat.layout}
+        self._read_done(flat)
+        return out
 
     def _to_device(self, host: Tensor) -> Tensor:
         """One non-blocking copy of the byte buffer ``host`` to the device (on a GPU through the "in" staging)."""
