@@ -6,7 +6,9 @@ offset)}``, offsets 64-byte aligned, tensors with dimensions first and 0-d ones 
 file per client under ``offload_dir`` when it does not fit in memory (the buffer as one tensor ``flat``, the layout
 in the file's metadata, written to a temporary file and renamed; the store owns that folder: it locks it, and clears
 client files it did not write itself, at start and when a checkpoint is restored). ``get`` returns views of the
-buffer, to read only; ``put`` always copies into a new buffer, so a stored state never changes after ``put``.
+buffer, to read only; ``put`` always copies into a buffer nobody else holds, so a stored state never changes after
+``put`` (a new one, or one the store stopped holding and of which no view is left: buffers are reused because a
+fresh one above glibc's 32 MB mmap threshold is page-faulted in, at ~8 ms per 100 MB, on every use).
 
 A client's state is on the device only while that client trains (``checkout`` / ``checkin``), so device memory
 does not grow with the number of clients (DESIGN invariant 4). ``checkout`` always hands out a copy (on the CPU one
