@@ -48,9 +48,11 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable, Protocol
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import load as safetensors_load
+from safetensors.torch import save as safetensors_bytes
 from safetensors.torch import save_file
 from torch import Tensor
 
@@ -167,33 +169,23 @@ def _nbytes(layout: Mapping[str, tuple[torch.dtype, tuple[int, ...]]]) -> int:
     return sum(math.prod(shape) * dtype.itemsize for dtype, shape in layout.values())
 
 
-class _Copied:
-    """Copies of some clients' states, read like the store by :func:`_write_clients` (a checkpoint written behind)."""
-
-    def __init__(self, states: dict[int, dict[str, Tensor]]):
-        self.states = {c: {k: v.detach().to("cpu", copy=True) for k, v in s.items()} for c, s in states.items()}
-
-    def layout(self, cid: int) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
-        return {k: (v.dtype, tuple(v.shape)) for k, v in self.states[cid].items()}
-
-    def get(self, cid: int) -> dict[str, Tensor]:
-        return self.states[cid]
-
-
 class _Job:
-    """One checkpoint, as taken by :meth:`Checkpointer._snapshot`."""
+    """One checkpoint, as taken by :meth:`Checkpointer._snapshot`. Written behind (``copied``): every file is already
+    in memory (``files``: name -> bytes; ``clients``: per-rank name -> (the client file's bytes, held, write, where,
+    digests)). Else the tensors are on the CPU and the client files are streamed from the stores when written."""
 
     def __init__(self, final: str, round_done: int, objects: list[str]):
         self.final, self.tmp, self.round_done, self.objects = final, final + ".tmp", round_done, objects
-        self.copied = False  # written behind, from copies
-        self.states: dict[str, tuple[dict[str, Tensor], dict[str, Any]]] = {}
-        self.clients: dict[str, tuple] = {}  # per-rank name -> (source, held, write, where, digests)
+        self.copied = False
+        self.states: dict[str, tuple[dict[str, Tensor] | None, dict[str, Any]]] = {}  # name -> (tensors, rest)
+        self.files: dict[str, bytes] = {}
+        self.clients: dict[str, tuple] = {}  # per-rank name -> (store or file bytes, held, write, where, digests)
         self.stores: dict[str, ClientShards] = {}  # marked saved once the checkpoint is in place
 
 
 def _write_json(obj: Any, path: str, sync: bool = True) -> None:
     with open(path, "w") as f:
-        json.dump(obj, f)
+        f.write(json.dumps(obj))
         f.flush()
         if sync:
             os.fsync(f.fileno())
@@ -205,6 +197,14 @@ def _digest(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def _put(path: str, data) -> str:
+    """Write ``data`` (bytes, or a uint8 array) to ``path`` in one call and return its SHA-256 from one call (not
+    fsynced): a writer thread releases the interpreter lock twice per file, not per block."""
+    with open(path, "wb") as f:
+        f.write(data)
+    return hashlib.sha256(data).hexdigest()
 
 
 def _fsync(path: str) -> None:
@@ -228,10 +228,9 @@ def _sync_files(paths: list[str], digest: int = 0) -> list[str]:
         return list(pool.map(one, range(len(paths))))[:digest]
 
 
-def _write_clients(path: str, store: ClientShards, cids: list[int]) -> str:
-    """The states of ``cids`` as one safetensors file (keys ``<client>/<key>``), streamed from ``store`` one client at
-    a time: the header from ``store.layout``, then each client's values. Returns the file's SHA-256 (not fsynced:
-    :func:`_sync_files` does that, with the checkpoint's other files)."""
+def _client_header(store: ClientShards, cids: list[int]) -> tuple[bytes, int]:
+    """The start of the safetensors file of ``cids`` (keys ``<client>/<key>``; length and JSON header, from
+    ``store.layout``) and the size of the data after it."""
     header: dict[str, dict] = {}
     end = 0
     for c in cids:
@@ -241,23 +240,42 @@ def _write_clients(path: str, store: ClientShards, cids: list[int]) -> str:
             end += n
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)
-    digest, written = hashlib.sha256(), 0
-    with open(path, "wb") as f:
-        for block in _client_bytes(store, cids, struct.pack("<Q", len(head)) + head):
-            digest.update(block)
-            f.write(block)
-            written += len(block)
-    if written != 8 + len(head) + end:
-        raise RuntimeError(f"client states changed while {path} was written")
-    return digest.hexdigest()
+    return struct.pack("<Q", len(head)) + head, end
 
 
-def _client_bytes(store: ClientShards, cids: list[int], head: bytes) -> Iterator:
-    yield head
+def _client_bytes(store: ClientShards, cids: list[int]) -> Iterator[np.ndarray]:
+    """The file of ``cids`` block by block: its header, then each client's values (one client read at a time)."""
+    head, end = _client_header(store, cids)
+    yield np.frombuffer(head, dtype=np.uint8)
+    written = 0
     for c in cids:
         state = store.get(c)
         for k in sorted(state):
-            yield state[k].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+            block = state[k].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy()
+            written += len(block)
+            yield block
+    if written != end:
+        raise RuntimeError("client states changed while their checkpoint file was written")
+
+
+def _write_clients(path: str, store: ClientShards, cids: list[int]) -> str:
+    """The states of ``cids`` as one safetensors file, streamed from ``store`` one client at a time. Returns the
+    file's SHA-256 (not fsynced: :func:`_sync_files` does that, with the checkpoint's other files)."""
+    digest = hashlib.sha256()
+    with open(path, "wb") as f:
+        for block in _client_bytes(store, cids):
+            digest.update(block)
+            f.write(block)
+    return digest.hexdigest()
+
+
+def _index(round_name: str, held: list[int], write: list[int], where: dict[int, str], digests: dict[str, str],
+           digest: str) -> tuple[tuple[dict, dict], bytes]:
+    """A process's client index after writing ``write`` into ``round_name``'s file (SHA-256 ``digest``): every client
+    ``held`` -> the checkpoint holding its state, and those checkpoints' client-file checksums; and its JSON."""
+    where = {c: where.get(c, round_name) for c in held} | {c: round_name for c in write}
+    digests = {r: digests[r] for r in set(where.values()) if r != round_name} | {round_name: digest}
+    return (where, digests), json.dumps({"clients": {str(c): r for c, r in where.items()}, "files": digests}).encode()
 
 
 class _LazyTensors(Mapping):
@@ -348,16 +366,31 @@ class Checkpointer:
             log.error("the checkpoint written in the background failed: %s", err)
 
     def _write_behind(self, job: "_Job") -> None:
+        """The thread's part: every file from memory (one write and one checksum each), fsync, commit."""
         try:
-            self._write(job)
+            os.makedirs(self.root, exist_ok=True)
+            shutil.rmtree(job.tmp, ignore_errors=True)
+            os.makedirs(job.tmp)
+            files = {f: _put(os.path.join(job.tmp, f), data) for f, data in job.files.items()}
+            index = {}
+            for name, (data, held, write, where, digests) in job.clients.items():
+                digest = _put(os.path.join(job.tmp, self._stem(name) + ".safetensors"), data)
+                index[name], blob = _index(os.path.basename(job.final), held, write, where, digests, digest)
+                files[self._stem(name) + ".json"] = _put(os.path.join(job.tmp, self._stem(name) + ".json"), blob)
+            for f in os.listdir(job.tmp):
+                _fsync(os.path.join(job.tmp, f))
+            self._commit(job, files)
+            self._index.update(index)
+            self.last = job.final
         except BaseException as err:  # re-raised in the main thread by wait()
             shutil.rmtree(job.tmp, ignore_errors=True)
             self._error = err
 
     def _snapshot(self, round_done: int, objects: Mapping[str, Stateful]) -> "_Job":
-        """What a checkpoint writes, taken now: the objects' states (tensors on the CPU) and, per per-rank store, the
-        clients to write. To be written behind, the tensors and the client states are copied (a later round changes
-        them in place), else the client states are streamed from the store when written."""
+        """What a checkpoint writes, taken now: the objects' states and, per per-rank store, the clients to write. To
+        be written behind, every file is made in memory now (a later round changes the states in place; one copy of
+        the client states, which the thread writes in one call), else the tensors are taken to the CPU and the client
+        states are streamed from the store when written."""
         final = os.path.join(self.root, f"round_{round_done:06d}")
         job = _Job(final, round_done, sorted(objects))
         plans = {}
@@ -372,66 +405,67 @@ class Checkpointer:
         job.copied = self.world_size == 1 and 0 < self.background_bytes and size <= self.background_bytes
         for name, obj in objects.items():
             if name not in self.per_rank:
-                tensors, rest = _split(obj.state_dict(), copy=job.copied)
-                job.states[name] = (tensors, json.loads(json.dumps(rest)) if job.copied else rest)  # what meta.json gets
+                tensors, rest = _split(obj.state_dict())
+                if job.copied:  # the file's bytes, and what meta.json gets
+                    job.files[name + ".safetensors"] = safetensors_bytes(tensors)
+                    tensors, rest = None, json.loads(json.dumps(rest))
+                job.states[name] = (tensors, rest)
         for name, (store, held, write, where, digests) in plans.items():
-            source = _Copied({c: store.get(c) for c in write}) if job.copied else store
-            job.clients[name] = (source, held, write, where, digests)
             if job.copied:
-                store.mark_saved()  # the copies hold them; later changes go into the next checkpoint
+                job.clients[name] = (np.concatenate(list(_client_bytes(store, write))), held, write, where, digests)
+                store.mark_saved()  # the copy holds them; later changes go into the next checkpoint
             else:
+                job.clients[name] = (store, held, write, where, digests)
                 job.stores[name] = store
         return job
 
     def _write(self, job: "_Job") -> None:
-        final, tmp = job.final, job.tmp
+        """A checkpoint written in :meth:`save` (several processes: with barriers)."""
+        tmp = job.tmp
         if self.rank == 0:
             os.makedirs(self.root, exist_ok=True)
             shutil.rmtree(tmp, ignore_errors=True)
             os.makedirs(tmp)
         self._sync()
-        index = {name: self._save_clients(tmp, os.path.basename(final), name, *plan)
-                 for name, plan in job.clients.items()}
+        index = {}
+        for name, (store, held, write, where, digests) in job.clients.items():
+            digest = _write_clients(os.path.join(tmp, self._stem(name) + ".safetensors"), store, write)
+            index[name], blob = _index(os.path.basename(job.final), held, write, where, digests, digest)
+            with open(os.path.join(tmp, self._stem(name) + ".json"), "wb") as f:
+                f.write(blob)
         if self.world_size > 1:  # on disk before rank 0 lists them (one process: synced with rank 0's files below)
             _sync_files([os.path.join(tmp, self._stem(name) + ext) for name in index for ext in (".safetensors", ".json")])
         self._sync()  # every process's client files and index are in tmp
         if self.rank == 0:
-            meta: dict[str, Any] = {"format": FORMAT, "round": job.round_done, "config_hash": self.config_hash,
-                                    "world_size": self.world_size, "objects": job.objects, "state": {}}
-            for name, (tensors, rest) in job.states.items():
+            for name, (tensors, _) in job.states.items():
                 save_file(tensors, os.path.join(tmp, name + ".safetensors"))
-                if rest:
-                    meta["state"][name] = rest
             files = sorted(os.listdir(tmp))  # each file's checksum (client files: in their index), all on disk
             listed = [f for f in files if not self._rank_file(f, ".safetensors")]
             unsynced = [f for f in files if f not in listed] if self.world_size == 1 else []
             digests = _sync_files([os.path.join(tmp, f) for f in listed + unsynced], digest=len(listed))
-            meta["files"] = dict(zip(listed, digests))
-            _write_json(meta, os.path.join(tmp, "meta.json"))
-            _fsync(tmp)
-            if os.path.exists(final):
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            _fsync(self.root)
-            if self.keep_last > 0:
-                self._prune()
+            self._commit(job, dict(zip(listed, digests)))
         self._sync()
         for name, saved in index.items():  # the checkpoint is in place: later ones may refer to it
             self._index[name] = saved
         for store in job.stores.values():
             store.mark_saved()
-        self.last = final
+        self.last = job.final
 
-    def _save_clients(self, tmp: str, round_name: str, name: str, store: ClientShards, held: list[int],
-                      write: list[int], where: dict[int, str], digests: dict[str, str]) -> tuple[dict, dict]:
-        """This process's client file (``write``: the clients changed since the last checkpoint, or not in it) and its
-        index (every client ``held`` -> the checkpoint holding its state; those checkpoints' client-file checksums)."""
-        digest = _write_clients(os.path.join(tmp, self._stem(name) + ".safetensors"), store, write)
-        where = {c: where.get(c, round_name) for c in held} | {c: round_name for c in write}
-        digests = {r: digests[r] for r in set(where.values()) if r != round_name} | {round_name: digest}
-        _write_json({"clients": {str(c): r for c, r in where.items()}, "files": digests},
-                    os.path.join(tmp, self._stem(name) + ".json"), sync=False)
-        return where, digests
+    def _commit(self, job: "_Job", files: dict[str, str]) -> None:
+        """Rank 0, every file of ``job.tmp`` on disk: meta.json (with ``files``' checksums), then the rename into place
+        and the pruning."""
+        meta: dict[str, Any] = {"format": FORMAT, "round": job.round_done, "config_hash": self.config_hash,
+                                "world_size": self.world_size, "objects": job.objects,
+                                "state": {name: rest for name, (_, rest) in job.states.items() if rest},
+                                "files": dict(sorted(files.items()))}
+        _write_json(meta, os.path.join(job.tmp, "meta.json"))
+        _fsync(job.tmp)
+        if os.path.exists(job.final):
+            shutil.rmtree(job.final)
+        os.replace(job.tmp, job.final)
+        _fsync(self.root)
+        if self.keep_last > 0:
+            self._prune()
 
     def _prune(self) -> None:
         """Keep the newest ``keep_last`` checkpoints; an older one whose client files a kept one refers to is

@@ -20,13 +20,13 @@ from tests.helpers.cli import FAST, build_loop
 
 def _held_writer(monkeypatch) -> threading.Event:
     """The background writer waits at its first file until the returned event is set."""
-    go, write = threading.Event(), ckpt_mod._write_clients
+    go, write = threading.Event(), ckpt_mod._put
 
     def held(*args, **kwargs):
         assert go.wait(30), "the test never released the writer"
         return write(*args, **kwargs)
 
-    monkeypatch.setattr(ckpt_mod, "_write_clients", held)
+    monkeypatch.setattr(ckpt_mod, "_put", held)
     return go
 
 
@@ -78,7 +78,7 @@ def test_a_failed_background_write_is_raised_by_the_next_save_and_leaves_the_pre
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ckpt_mod, "save_file", full)
+    monkeypatch.setattr(ckpt_mod, "_put", full)
     ck.save(2, objects)
     with pytest.raises(OSError, match="No space left"):
         ck.save(3, objects)
@@ -117,3 +117,19 @@ def test_a_run_written_behind_resumes_bit_exactly(tmp_path, offload):
     resumed.run(progress_enabled=False)
     for k, v in whole.global_params.items():
         assert torch.equal(v, resumed.global_params[k]), k
+
+
+def test_a_checkpoint_written_behind_has_the_same_bytes_as_one_written_in_save(tmp_path):
+    roots = {}
+    for limit in (0, 1 << 20):
+        objects, ck = _objects(), Checkpointer(str(tmp_path / f"ck{limit}"), background_bytes=limit)
+        for r in (1, 2):  # the second refers to the first for clients 0 and 2
+            objects["clients"].put(1, {"m": torch.full((4,), float(r)), "step": torch.tensor(float(r))})
+            ck.save(r, objects)
+        ck.wait()
+        roots[limit] = tmp_path / f"ck{limit}"
+    for r in ("round_000001", "round_000002"):
+        names = sorted(os.listdir(roots[0] / r))
+        assert names == sorted(os.listdir(roots[1 << 20] / r)) and "clients.rank0.json" in names
+        for f in names:
+            assert (roots[0] / r / f).read_bytes() == (roots[1 << 20] / r / f).read_bytes(), (r, f)

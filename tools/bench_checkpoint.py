@@ -11,7 +11,9 @@ share of a round; ``--model`` takes another), 10 clients sampled per round, the 
 checkpoint every round, two kept). Every client is given a state first (the template of a client that trained, so
 the checkpoint holds the state of all n clients, as after a long run). Then ``--blocks`` interleaved pairs of blocks of
 ``--rounds`` rounds run through ``FederatedLoop.run_round``: one without checkpoints, one with the loop's
-``Checkpointer.save`` after every round (and, at the block's end, the wait for the last one written behind). The cost
+``Checkpointer.save`` after every round (and, at the block's end, the wait for the last one written behind), after
+an untimed checkpoint of what the rounds without checkpoints changed (so each timed one writes one round's clients,
+as in a run with ``checkpoint.every=1``). The cost
 of checkpointing is the difference of the two per-round times, so it includes what a checkpoint written behind the
 next round slows that round down, not only the time ``save()`` blocks. Each configuration runs in its own process with
 one thread, so its peak resident memory is its own. Prints per configuration (medians over the blocks): the round
@@ -82,6 +84,8 @@ def one(n: int, store: str, rounds: int, blocks: int, model: list[str], work: st
             r += 1
             loop.round = r
         plain.append((time.perf_counter() - t0) / rounds)
+        ck.save(loop.round, loop.stateful())  # not timed: the clients those rounds changed, so that the block
+        ck.wait()  # below sees the steady state (each checkpoint writes the ~10 clients of one round)
         t0 = time.perf_counter()
         for _ in range(rounds):
             loop.run_round(r)
