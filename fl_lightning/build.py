@@ -291,7 +291,8 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
     store = ClientStateStore(fabric.device, offload)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), config_hash=config_hash(cfg), rank=rank,
                                 world_size=world, barrier=fabric.barrier, keep_last=int(cfg.checkpoint.get("keep_last", 2)),
-                                background_bytes=int(cfg.checkpoint.get("background_mb", 512)) << 20)
+                                background_bytes=int(cfg.checkpoint.get("background_mb", 512)) << 20,
+                                compact=float(cfg.checkpoint.get("compact", 0.25)))
     info = {"model": _display_name(cfg.model), "data": _display_name(cfg.data), **dict(data.info.provenance or ())}
     recorder = RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")), rank=rank,
                            log_fn=fabric.log_dict, info=info)

@@ -40,6 +40,7 @@ SETTINGS: dict[str, Setting] = {
     "checkpoint.every": Setting("int", 1, 10**9, example="1"),
     "checkpoint.keep_last": Setting("int", 1, 10**6, example="2"),
     "checkpoint.background_mb": Setting("int", 0, 10**9, example="512"),
+    "checkpoint.compact": Setting("float", 0.0, 1.0, example="0.25"),
     "data.batch_size": Setting("int", 1, 10**7, example="32"),
     "data.eval_batch_size": Setting("int", 1, 10**8, example="1024"),
     "data.on_device": Setting("bool", example="true"),

@@ -118,3 +118,50 @@ def test_resume_through_references_with_the_offload_store_is_exact(tmp_path):
     for c in straight.store.clients():
         a, b = straight.store.get(c), resumed.store.get(c)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), c
+
+
+def _written(path) -> list[int]:
+    return sorted({int(k.split("/")[0]) for k in load_file(os.path.join(path, "clients.rank0.safetensors"))})
+
+
+def test_compaction_rewrites_the_clients_left_in_a_sparse_file_so_pruning_drops_it(tmp_path):
+    """Round 1 writes clients 0-7; the save at which at most a quarter of them (2 of 8) still refer to that file
+    writes those two again, and round 1's folder goes. Without compaction it is retained for them."""
+    for compact, expect in ((0.25, {2: [0, 1, 2], 3: [3, 4, 5, 6, 7], 4: []}), (0.0, {2: [0, 1, 2], 3: [3, 4, 5], 4: []})):
+        store, ck = ClientStateStore("cpu"), Checkpointer(str(tmp_path / f"ck{compact}"), keep_last=1, compact=compact)
+        model = TensorDict({"w": torch.zeros(2)})
+        for c in range(8):
+            store.put(c, _state(c, 1))
+        ck.save(1, {"model": model, "clients": store})
+        for r, changed in ((2, [0, 1, 2]), (3, [3, 4, 5]), (4, [])):
+            for c in changed:
+                store.put(c, _state(c, r))
+            path = ck.save(r, {"model": model, "clients": store})
+            assert _written(path) == expect[r], (compact, r)
+        kept = _names(tmp_path / f"ck{compact}")
+        assert ("round_000001" + RETAINED in kept) == (compact == 0), kept
+        assert _same(_restored(tmp_path, str(tmp_path / f"ck{compact}")),
+                     {c: _state(c, 2 if c < 3 else 3 if c < 6 else 1) for c in range(8)})
+
+
+def test_compaction_keeps_every_referred_file_dense_and_restores_exactly(tmp_path):
+    """10 of 60 clients change per save, 40 saves: with compact=0.25 every earlier file a checkpoint refers to keeps
+    more than a quarter of its clients referred to (after a restart too), and the restore is exact."""
+    import random
+
+    rnd, store, expect = random.Random(0), ClientStateStore("cpu"), {}
+    ck = Checkpointer(str(tmp_path / "ck"), keep_last=2, compact=0.25)
+    model = TensorDict({"w": torch.zeros(2)})
+    for r in range(1, 41):
+        if r == 20:  # a restart: the file sizes come back from the headers
+            store = _restored(tmp_path, str(tmp_path / "ck"))
+            ck = Checkpointer(str(tmp_path / "ck"), keep_last=2, compact=0.25)
+            ck.load_latest_good({"model": model, "clients": store})
+        for c in rnd.sample(range(60), 10):
+            expect[c] = _state(c, r)
+            store.put(c, expect[c])
+        ck.save(r, {"model": model, "clients": store})
+        where, _, sizes = ck._index["clients"]
+        live = {f: sum(1 for g in where.values() if g == f) for f in set(where.values())}
+        assert all(live[f] > 0.25 * sizes[f] for f in live if f != f"round_{r:06d}"), (r, live, sizes)
+    assert _same(_restored(tmp_path, str(tmp_path / "ck")), expect)

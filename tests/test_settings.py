@@ -13,7 +13,8 @@ from tests.helpers.cli import make_cfg
 # values that are valid for a key (the rest must be refused)
 VALID = {("seed", "0"), ("fl.warmup_rounds", "0"), ("fl.lr_min_factor", "0"), ("stop_after_rounds", "null"),
          ("fl.local_epochs", "null"),
-         ("method.grad_clip", "null"), ("checkpoint.background_mb", "0")}
+         ("method.grad_clip", "null"), ("checkpoint.background_mb", "0"),
+         ("checkpoint.compact", "0")}
 BAD = ["abc", "null", "-1", "0", "2.5"]
 
 

@@ -29,6 +29,7 @@ VALID = {
     "store.offload_dir": {"null", "abc", "-1", "0"},  # null: in memory; else a folder (relative to the cwd)
     "resume": {"null"}, "stop_after_rounds": {"null"},
     "checkpoint.background_mb": {"0"},  # every checkpoint written before the next round
+    "checkpoint.compact": {"0"},  # never rewrite older client states
 }
 
 
