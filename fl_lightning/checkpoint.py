@@ -11,7 +11,7 @@ Every file's SHA-256 is recorded in ``meta.json``; files and directories are fsy
 verifies a checkpoint completely (checksums, readable safetensors, a finite global model) before loading anything,
 and falls back to the previous checkpoint (``keep_last`` are kept) with one warning line when the newest is damaged.
 
-Objects named in ``per_rank`` (the client store: each process keeps the states of the clients it owns) are saved
+Objects named in ``per_rank`` (the client store: each process keeps the states of the clients it trained) are saved
 incrementally, each process writing its own files straight into the checkpoint folder: ``<name>.rank<K>.safetensors``
 holds only the clients whose state changed since the previous checkpoint (``store.changed()``), written from the
 store one client at a time; ``<name>.rank<K>.json`` (the index, whose checksum is in meta.json) names, for every
@@ -20,9 +20,9 @@ to. Verifying a checkpoint checks every file its indexes refer to, so a damaged 
 damaged (and the resume falls back). Pruning keeps an old checkpoint's client files while a kept checkpoint refers to
 them: the folder is renamed ``round_N.clients`` and everything else in it removed. Restoring reads the client states
 lazily, one client at a time. A checkpoint's client files are thus only complete together with the earlier files of
-the same ``checkpoints/`` folder. A file is kept whole while any of its clients is referred to, so with
-``compact`` > 0 the clients still referred to in a file of which at most that fraction is are written again, and
-the file goes (``tools/checkpoint_disk.py``: at 10 of 1,000 clients changed per checkpoint, ``checkpoints/`` holds
+the same ``checkpoints/`` folder. A file is kept whole while any of its clients is referred to, so with ``compact`` > 0,
+once at most that fraction of a file's clients is still referred to, a save writes those clients again and pruning
+drops the file (``tools/checkpoint_disk.py``: at 10 of 1,000 clients changed per checkpoint, ``checkpoints/`` holds
 3.0× the client states without compaction, 2.0× with 0.25 for 1.28× the bytes written; at 100 of 1,000: 5.8×, 2.0×).
 
 With one process a checkpoint is written behind the next round (``checkpoint.background_mb``, the most client-state
@@ -337,7 +337,8 @@ class Checkpointer:
         self.rank, self.world_size, self.per_rank = rank, world_size, tuple(per_rank)
         self.barrier = barrier or (lambda: None)
         self.last: str | None = None  # the newest checkpoint written or loaded
-        # per per-rank object: the checkpoint holding each client's saved state, and its client file's SHA-256
+        # per per-rank object: the checkpoint holding each client's saved state, the SHA-256 of those checkpoints'
+        # client files and how many clients each file holds
         self._index: dict[str, tuple[dict[int, str], dict[str, str], dict[str, int]]] = {}
 
     def _stem(self, name: str, rank: int | None = None) -> str:
