@@ -162,9 +162,9 @@ def latest_checkpoint(ckpt_root: str) -> str | None:
     return found[-1] if found else None
 
 
-def _split(state: dict[str, Any], copy: bool = False) -> tuple[dict[str, Tensor], dict[str, Any]]:
-    """The tensors of ``state`` on the CPU (copies, with ``copy``) and the rest."""
-    tensors = {k: v.detach().to("cpu", copy=copy).contiguous() for k, v in state.items() if isinstance(v, Tensor)}
+def _split(state: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]]:
+    """The tensors of ``state`` on the CPU and the rest."""
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items() if isinstance(v, Tensor)}
     return tensors, {k: v for k, v in state.items() if not isinstance(v, Tensor)}
 
 
@@ -174,8 +174,8 @@ def _nbytes(layout: Mapping[str, tuple[torch.dtype, tuple[int, ...]]]) -> int:
 
 class _Job:
     """One checkpoint, as taken by :meth:`Checkpointer._snapshot`. Written behind (``copied``): every file is already
-    in memory (``files``: name -> bytes; ``clients``: per-rank name -> (the client file's bytes, held, write, where,
-    digests)). Else the tensors are on the CPU and the client files are streamed from the stores when written."""
+    in memory (``files``: name -> bytes; the client files' bytes in ``clients``). Else the tensors are on the CPU and
+    the client files are streamed from the stores when written."""
 
     def __init__(self, final: str, round_done: int, objects: list[str]):
         self.final, self.tmp, self.round_done, self.objects = final, final + ".tmp", round_done, objects
@@ -187,12 +187,11 @@ class _Job:
         self.stores: dict[str, ClientShards] = {}  # marked saved once the checkpoint is in place
 
 
-def _write_json(obj: Any, path: str, sync: bool = True) -> None:
+def _write_json(obj: Any, path: str) -> None:
     with open(path, "w") as f:
         f.write(json.dumps(obj))
         f.flush()
-        if sync:
-            os.fsync(f.fileno())
+        os.fsync(f.fileno())
 
 
 def _digest(path: str) -> str:
@@ -386,20 +385,13 @@ class Checkpointer:
     def _write_behind(self, job: "_Job") -> None:
         """The thread's part: every file from memory (one write and one checksum each), fsync, commit."""
         try:
-            os.makedirs(self.root, exist_ok=True)
-            shutil.rmtree(job.tmp, ignore_errors=True)
-            os.makedirs(job.tmp)
+            self._fresh_tmp(job)
             files = {f: _put(os.path.join(job.tmp, f), data) for f, data in job.files.items()}
-            index = {}
-            for name, (data, held, write, where, digests, sizes) in job.clients.items():
-                digest = _put(os.path.join(job.tmp, self._stem(name) + ".safetensors"), data)
-                index[name], blob = _index(os.path.basename(job.final), held, write, where, digests, sizes, digest)
-                files[self._stem(name) + ".json"] = _put(os.path.join(job.tmp, self._stem(name) + ".json"), blob)
+            index, indexes = self._save_clients(job)
             for f in os.listdir(job.tmp):
                 _fsync(os.path.join(job.tmp, f))
-            self._commit(job, files)
-            self._index.update(index)
-            self.last = job.final
+            self._commit(job, files | indexes)
+            self._done(job, index)
         except BaseException as err:  # re-raised in the main thread by wait()
             shutil.rmtree(job.tmp, ignore_errors=True)
             self._error = err
@@ -444,16 +436,9 @@ class Checkpointer:
         """A checkpoint written in :meth:`save` (several processes: with barriers)."""
         tmp = job.tmp
         if self.rank == 0:
-            os.makedirs(self.root, exist_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)
-            os.makedirs(tmp)
+            self._fresh_tmp(job)
         self._sync()
-        index = {}
-        for name, (store, held, write, where, digests, sizes) in job.clients.items():
-            digest = _write_clients(os.path.join(tmp, self._stem(name) + ".safetensors"), store, write)
-            index[name], blob = _index(os.path.basename(job.final), held, write, where, digests, sizes, digest)
-            with open(os.path.join(tmp, self._stem(name) + ".json"), "wb") as f:
-                f.write(blob)
+        index, _ = self._save_clients(job)
         if self.world_size > 1:  # on disk before rank 0 lists them (one process: synced with rank 0's files below)
             _sync_files([os.path.join(tmp, self._stem(name) + ext) for name in index for ext in (".safetensors", ".json")])
         self._sync()  # every process's client files and index are in tmp
@@ -466,8 +451,27 @@ class Checkpointer:
             digests = _sync_files([os.path.join(tmp, f) for f in listed + unsynced], digest=len(listed))
             self._commit(job, dict(zip(listed, digests)))
         self._sync()
-        for name, saved in index.items():  # the checkpoint is in place: later ones may refer to it
-            self._index[name] = saved
+        self._done(job, index)
+
+    def _fresh_tmp(self, job: "_Job") -> None:
+        os.makedirs(self.root, exist_ok=True)
+        shutil.rmtree(job.tmp, ignore_errors=True)
+        os.makedirs(job.tmp)
+
+    def _save_clients(self, job: "_Job") -> tuple[dict[str, tuple], dict[str, str]]:
+        """This process's client files (from memory, or streamed from the store) and indexes in ``job.tmp``: the new
+        indexes, and the index files' checksums."""
+        index, digests = {}, {}
+        for name, (source, held, write, where, old, sizes) in job.clients.items():
+            path = os.path.join(job.tmp, self._stem(name) + ".safetensors")
+            digest = _put(path, source) if job.copied else _write_clients(path, source, write)
+            index[name], blob = _index(os.path.basename(job.final), held, write, where, old, sizes, digest)
+            digests[self._stem(name) + ".json"] = _put(os.path.join(job.tmp, self._stem(name) + ".json"), blob)
+        return index, digests
+
+    def _done(self, job: "_Job", index: dict[str, tuple]) -> None:
+        """The checkpoint is in place: later ones may refer to its client files."""
+        self._index.update(index)
         for store in job.stores.values():
             store.mark_saved()
         self.last = job.final
