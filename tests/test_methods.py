@@ -114,10 +114,10 @@ def _sizes(cfg) -> dict[str, float]:
 
 def _sparse(frac: float, bits_per_value: int = 32):
     """(k, bytes) summed over the test MLP's tensors for a sparsifier keeping k = ceil(frac d) values of d per
-    tensor with ceil(log2 d)-bit indices (TopK, RandK, HeavySign's heavy part)."""
+    tensor with ceil(log2 d)-bit indices, 0 for d = 1 (TopK, RandK, HeavySign's heavy part)."""
     ks = [max(1, min(p.numel(), math.ceil(frac * p.numel()))) for p in MLP().parameters()]
     ds = [p.numel() for p in MLP().parameters()]
-    return sum(ks), sum(k * (bits_per_value + max(1, math.ceil(math.log2(d)))) for k, d in zip(ks, ds)) / 8
+    return sum(ks), sum(k * (bits_per_value + (math.ceil(math.log2(d)) if d > 1 else 0)) for k, d in zip(ks, ds)) / 8
 
 
 def _declared(cfg, direction: str, rounds: int, per_round: int, num_clients: int = 4, local_steps: int = 2) -> int:

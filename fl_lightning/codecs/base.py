@@ -7,9 +7,14 @@ whose ``nbits`` is the exact number of bits that travelled. ``state`` is the sen
 :class:`~fl_lightning.codecs.error_feedback.ErrorFeedback`; ``key`` names the tensor (codecs with memory keep their
 entries under it). ``rng`` is the sending client's generator (``client.rng``), for randomized codecs (``Sign``'s
 ``sign_zero=random``); wrappers pass it on. Codecs never change the message weight; the part sets it.
+
+One rule for bits, every codec: a value (a coordinate, a scale, a factor entry) is charged at the width it travels
+in, the tensor's dtype (:func:`value_bits`: 32 for fp32, 64 for fp64, 16 for bf16); an index into d entries costs
+⌈log₂ d⌉ bits (:func:`index_bits`; 0 for d = 1, where nothing needs naming; decision 002/#7).
 """
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 from torch import Generator, Tensor
@@ -22,12 +27,26 @@ class Codec(Protocol):
                rng: Generator | None = None) -> Msg: ...
 
 
+def value_bits(t: Tensor) -> int:
+    """Bits of one value of ``t`` on the wire: its dtype's width."""
+    return t.element_size() * 8
+
+
+def index_bits(d: int) -> int:
+    """Bits of one index into d entries: ⌈log₂ d⌉ (0 for d = 1)."""
+    return math.ceil(math.log2(d)) if d > 1 else 0
+
+
 def dense_bits(t: Tensor) -> int:
-    return t.numel() * t.element_size() * 8
+    return t.numel() * value_bits(t)
 
 
 class Dense:
     """No compression: the tensor as it is (``numel · bits per element``)."""
+
+    def omega(self, d: int) -> float:
+        """Variance parameter of an unbiased compressor, E‖C(v) − v‖² ≤ ω‖v‖²: 0 (exact)."""
+        return 0.0
 
     def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
                rng: Generator | None = None) -> Msg:

@@ -8,9 +8,9 @@ FedSMU's α-bit variants (spec 002 §3.11, App. B.3, Table 8: "3-bit", "8-bit"; 
     level; b = 1 gives ±1, i.e. sign(v) away from exact zeros);
   * ``grid: zero``: the 2L + 1 levels j/L, j = −L … L, L = 2^(b−1) − 1 (int8-style, exact zero; needs b ≥ 2).
 
-``scale``: ``max`` rebuilds s·level (+32 bits per tensor for s); ``none`` rebuilds the level itself in [−1, 1]
+``scale``: ``max`` rebuilds s·level (+ s per tensor, one value in the tensor's dtype: 32 bits for fp32); ``none`` rebuilds the level itself in [−1, 1]
 (nothing but the codes travels). FedSMU's α-bit variants use ``none``, so the largest coordinate moves by ±1 like a
-sign and the server's γ1 keeps its meaning ("the server otherwise unchanged", spec §3.11). Bits: b·d (+32).
+sign and the server's γ1 keeps its meaning ("the server otherwise unchanged", spec §3.11). Bits: b·d (+ the scale).
 An all-zero tensor is rebuilt as zeros.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..strategies.base import Msg
+from .base import value_bits
 
 
 def quantize(v: Tensor, bits: int, grid: str = "all_codes") -> tuple[Tensor, Tensor]:
@@ -55,5 +56,5 @@ class Quantize:
         v = tensor.detach()
         lv, s = quantize(v, self.bits, self.grid)
         if self.scale == "max":
-            return Msg(lv * s, nbits=self.bits * v.numel() + 32)
+            return Msg(lv * s, nbits=self.bits * v.numel() + value_bits(v))
         return Msg(lv, nbits=self.bits * v.numel())

@@ -3,8 +3,8 @@
 ``Sign(scale)``:
   * ``none``: the receiver rebuilds ``sign(v)`` (FedSMU / Lion-style sign uploads, spec 002 Alg. 1); d bits.
   * ``l1``: the receiver rebuilds ``(‖v‖₁/d)·sign(v)`` per tensor (the scaled sign of EF-SignSGD, Karimireddy et al.,
-    ICML 2019, arXiv 1901.09847, Alg. 1; FedEF-Sign's compressor in spec 002 §3.4); d bits + one 32-bit float per
-    tensor (spec 002 §4). :class:`ScaledSign` is this codec.
+    ICML 2019, arXiv 1901.09847, Alg. 1; FedEF-Sign's compressor in spec 002 §3.4); d bits + the scale, one value
+    in the tensor's dtype (32 bits for fp32, spec 002 §4). :class:`ScaledSign` is this codec.
 
 Exact zeros (spec 002 §10 item 15, decision 002/#15), ``sign_zero``:
   * ``0`` (default, the spec's recommendation): ternary ``torch.sign`` — a zero coordinate is rebuilt as 0 (no vote),
@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..strategies.base import Msg
+from .base import value_bits
 
 SIGN_ZERO = ("0", "+1", "random")
 
@@ -60,12 +61,13 @@ class Sign:
         bits = v.numel()
         if self.scale == "l1":
             s = s * (v.abs().sum() / max(1, v.numel()))
-            bits += 32
+            bits += value_bits(v)
         return Msg(s, nbits=bits)
 
 
 class ScaledSign(Sign):
-    """``(‖v‖₁/d)·sign(v)`` per tensor: d bits + 32 (spec 002 §3.4 FedEF-Sign, [X] Karimireddy et al. 2019)."""
+    """``(‖v‖₁/d)·sign(v)`` per tensor: d bits + one scale in the tensor's dtype (FedEF-Sign, spec 002 §3.4;
+    Karimireddy et al., ICML 2019, arXiv 1901.09847, Alg. 1)."""
 
     def __init__(self, sign_zero="0"):
         super().__init__("l1", sign_zero)

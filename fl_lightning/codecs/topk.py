@@ -3,8 +3,8 @@
 k = ``max(1, ceil(frac · d))`` for a tensor of d entries (``frac`` in (0, 1], default 1 %: spec 002 §3.4's [E]
 ratio for FedEF-TopK). What travels is k values (in the tensor's dtype) and k indices of ``index_bits`` each. The
 rule (spec 002 §4, whose table leaves "index cost" open; decision 002/#7): ``log2`` (default) charges ⌈log₂ d⌉ bits
-per index, so an fp32 tensor costs **k·(32 + ⌈log₂ d⌉)** bits; ``32`` charges int32 indices (k·64 bits for fp32),
-as most FL code sends them. The receiver rebuilds the dense tensor with zeros elsewhere. Ties are broken by
+per index (0 for a one-entry tensor), so an fp32 tensor costs **k·(32 + ⌈log₂ d⌉)** bits, fp64 k·(64 + ⌈log₂ d⌉);
+``32`` charges int32 indices (k·64 bits for fp32), as most FL code sends them. The receiver rebuilds the dense tensor with zeros elsewhere. Ties are broken by
 ``torch.topk``.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..strategies.base import Msg
+from .base import index_bits, value_bits
 
 
 class TopK:
@@ -40,8 +41,8 @@ class TopK:
         idx, scale = self.pick(flat, k, rng)
         out = torch.zeros_like(flat)
         out[idx] = flat[idx] if scale == 1 else flat[idx] * scale
-        ib = max(1, math.ceil(math.log2(d))) if self.index_bits == "log2" else 32
-        return Msg(out.view_as(v), nbits=k * (v.element_size() * 8 + ib))
+        ib = index_bits(d) if self.index_bits == "log2" else 32
+        return Msg(out.view_as(v), nbits=k * (value_bits(v) + ib))
 
     def pick(self, flat: Tensor, k: int, rng: torch.Generator | None) -> tuple[Tensor, float]:
         """The k coordinates sent and the factor applied to their values."""

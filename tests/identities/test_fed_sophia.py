@@ -42,22 +42,25 @@ def _grad(net, loss_fn, batch):
     return [g.detach() for g in torch.autograd.grad(loss_fn(net, batch), params)]
 
 
-def fed_sophia_reference(batch_fn):
+def fed_sophia_reference(batch_fn, K=K, TAU=TAU, counter="client"):
+    """``counter``: which step index t refreshes v̂ when t mod τ = 0 — the device's own count of its steps
+    (Elbakary et al.'s m_t^(i), v̂_t^(i)), or the global index rK + k."""
     net = MLP(dtype=torch.float64)
     x = [p.detach().clone() for p in net.parameters()]
-    state = {}  # client -> (m, h): persistent across the client's rounds
+    state = {}  # client -> (m, h, steps taken): persistent across the client's rounds
     for r in range(R):
         sampled = seeding.sample_clients(0, r, N, S)
         total = [torch.zeros_like(t) for t in x]
         for i in sampled:
-            m, h = state.get(i, ([torch.zeros_like(t) for t in x], [torch.zeros_like(t) for t in x]))
+            m, h, done = state.get(i, ([torch.zeros_like(t) for t in x], [torch.zeros_like(t) for t in x], 0))
             with torch.no_grad():
                 for p, t in zip(net.parameters(), x):
                     p.copy_(t)
             for k in range(K):
                 batch = batch_fn(i, r, k)
                 g = _grad(net, mse, batch)
-                if (r * K + k + 1) % TAU == 0:
+                t = done + k + 1 if counter == "client" else r * K + k + 1
+                if t % TAU == 0:
                     size = batch["x"].shape[0]
                     gh = _grad(net, sampled_loss, batch)
                     h = [B2 * hh + (1 - B2) * (size * t * t).clamp_min(0) for hh, t in zip(h, gh)]
@@ -66,7 +69,7 @@ def fed_sophia_reference(batch_fn):
                     for p, mm, hh in zip(net.parameters(), m, h):
                         d = (mm / hh.clamp_min(EPS)).clamp(-RHO, RHO)
                         p.mul_(1 - LR * WD).sub_(LR * d)
-            state[i] = (m, h)
+            state[i] = (m, h, done + K)
             for j, p in enumerate(net.parameters()):
                 total[j] += p.detach()
         x = [t / len(sampled) for t in total]
@@ -97,3 +100,23 @@ def test_fed_sophia_matches_the_algorithm_written_out(tmp_path):
     loop2.setup()
     loop2.run(progress_enabled=False)
     assert max((params_of(loop2)[n] - ref[n]).abs().max() for n in ref) > 1e-6
+
+
+def test_fed_sophia_refreshes_on_the_devices_own_step_count(tmp_path):
+    """Partial participation with K = 3 not a multiple of τ = 2: the device's own count (the default) and the global
+    index rK + k refresh on different steps. The loop follows the first; ``counter=global`` follows the second."""
+    k, tau = 3, 2
+    batch_fn = batches()
+    own, glob = (fed_sophia_reference(batch_fn, K=k, TAU=tau, counter=c) for c in ("client", "global"))
+    assert max((own[n] - glob[n]).abs().max() for n in own) > 1e-6  # the two counters really differ here
+    base = [f"method.lr={LR}", f"method.beta1={B1}", f"method.beta2={B2}", f"method.rho={RHO}",
+            f"method.weight_decay={WD}", "method.grad_clip=null", f"method.parts.hessian.every={tau}"]
+    for counter, ref in (("client", own), ("global", glob)):
+        overrides = base if counter == "client" else base + [f"method.parts.hessian.counter={counter}"]
+        loop = make_loop(build(method_config("fed_sophia", overrides)), GNBModule(MLP(dtype=torch.float64), mse),
+                         FakeData(batch_fn, N), tmp_path / counter, num_clients=N, per_round=S, rounds=R, local_steps=k)
+        loop.setup()
+        loop.run(progress_enabled=False)
+        got = params_of(loop)
+        for n in ref:
+            torch.testing.assert_close(got[n], ref[n], rtol=1e-10, atol=1e-12, msg=f"counter={counter}, {n}")

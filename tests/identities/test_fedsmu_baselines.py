@@ -285,7 +285,7 @@ def test_scallion_with_the_identity_compressor(tmp_path):
         ds = []
         for i in sampled(r):
             y = sgd(x, i, lr, corr=c - ci[i])
-            ds.append((x - y) / (K * lr) - ci[i])
+            ds.append((x - y) / (K * lr) - c)  # the increment SCAFFOLD uploads: ḡ_i − c_i (spec 002 §3.12, corrected)
             ci[i] = ci[i] + alpha * ds[-1]
         x = x - eta_g * K * lr * (c + sum(ds) / S)
         c = c + alpha * sum(ds) / N

@@ -3,15 +3,21 @@ Compression", arXiv 2308.08165, 2023; spec 002 §3.12): SCAFFOLD rewritten so th
 goes up, with an unbiased compressor. Server state x, c; client state c_i (all zero at the start):
 
     client:  y ← x; K times  y ← y − η(∇F_i(y, ξ) − c_i + c)       (this part corrects p.grad; plain SGD after it)
-             δ_i ← C((x − y)/(K·η) − c_i)                            (C = ``codec``: RandK from the client's generator)
+             δ_i ← C((x − y)/(K·η) − c)                              (C = ``codec``: RandK from the client's generator)
              c_i ← c_i + α·δ_i;  upload δ_i
     server:  x ← x − η_g·K·η·(c + (1/|S|)·Σ δ_i);   c ← c + α·(1/m)·Σ_{i ∈ S} δ_i
 
+Since the local steps add −c_i + c, (x − y)/(K·η) = ḡ_i − c_i + c (ḡ_i: the mean raw gradient), so the increment
+(x − y)/(K·η) − c = ḡ_i − c_i is SCAFFOLD's option-II Δc_i (Karimireddy et al., ICML 2020, arXiv 1910.06378,
+Alg. 1 line 12): with the identity compressor and α = 1 this is SCAFFOLD with η_g·K·η·(c + mean δ_i) = −η_g·mean Δy_i
+(the paper's premise, "an equivalent formulation" of SCAFFOLD with one uploaded vector; decision 002/#6).
+
 η is ``lr`` times the round's schedule factor. K·η is each client's own (local epochs give unequal K): the server
 uses their mean over the round's clients, which it knows from the clients' data sizes (a 0-bit message).
-α defaults to 1/(1 + ω) for RandK (ω = d/k − 1: α = k/d). The update equations are spec 002 §3.12's [X] form (the
-paper's abstract confirms: one compressed incremental upload, unbiased compression; its Alg. 2 could not be read
-through our search tool; decision 002/#6). Downlink: x and c. Float buffers travel dense and are averaged.
+α (``alpha``): ``None`` (default) is the bound 1/(1 + ω) of the compressor, per tensor: for RandK ω = d/k − 1, so
+α = k/d with k = max(1, ⌈frac·d⌉) (the codec's ``omega(d)``); a number is used for every tensor. Not specified by
+the paper (seed 002 gives neither the compressor nor α; decision 002/#6). Downlink: x and c. Float buffers travel
+dense and are averaged.
 """
 from __future__ import annotations
 
@@ -26,16 +32,19 @@ class Scallion(Part):
     def __init__(self, codec, lr: float, server_lr: float = 1.0, alpha: float | None = None):
         if codec is None or isinstance(codec, (str, bytes)) or not hasattr(codec, "encode"):
             raise ConfigError("codec", f"expected a codec, got {codec!r}", "give a _target_ such as fl_lightning.codecs.RandK")
-        if alpha is None:
-            frac = getattr(codec, "frac", None)
-            if frac is None:
-                raise ConfigError("alpha", "not set and the codec has no frac", "set alpha in (0, 1]")
-            alpha = frac
-        for name, v in (("lr", lr), ("server_lr", server_lr), ("alpha", alpha)):
+        if alpha is None and not hasattr(codec, "omega"):
+            raise ConfigError("alpha", f"not set and {type(codec).__name__} declares no variance omega(d)",
+                              "set alpha in (0, 1]")
+        for name, v in (("lr", lr), ("server_lr", server_lr)) + ((("alpha", alpha),) if alpha is not None else ()):
             if not float(v) > 0:
                 raise ConfigError(name, f"must be > 0, got {v}", "use a positive value")
-        self.codec, self.lr, self.eta_g, self.alpha = codec, float(lr), float(server_lr), float(alpha)
+        self.codec, self.lr, self.eta_g = codec, float(lr), float(server_lr)
+        self.alpha = None if alpha is None else float(alpha)
         self.c: dict[str, Tensor] = {}
+
+    def alpha_for(self, d: int) -> float:
+        """α for a tensor of d entries: the given value, or 1/(1 + ω(d)) of the codec."""
+        return self.alpha if self.alpha is not None else 1.0 / (1.0 + self.codec.omega(d))
 
     def setup(self, server: ServerContext) -> None:
         self.server = server
@@ -65,8 +74,9 @@ class Scallion(Part):
             if n not in self.c:
                 out[self.key(n)] = Msg(-delta)
                 continue
-            msg = self.codec.encode(self.key(n), delta / k_eta - ci[n], client.state, rng=rng)
-            client.state[self.key(f"{n}/ci")] = ci[n] + self.alpha * msg.tensor
+            msg = self.codec.encode(self.key(n), delta / k_eta - client.received[self.key(f"c/{n}")], client.state,
+                                    rng=rng)
+            client.state[self.key(f"{n}/ci")] = ci[n] + self.alpha_for(x.numel()) * msg.tensor
             out[self.key(n)] = Msg(msg.tensor, nbits=msg.bits())
         return out
 
@@ -79,7 +89,7 @@ class Scallion(Part):
                 x.add_(agg.mean(k).to(x.dtype))
                 continue
             x.add_((self.c[n] + agg.mean(k)).to(x.dtype), alpha=-self.eta_g * k_eta)
-            self.c[n].add_((agg.sum(k) / agg.num_clients).to(self.c[n].dtype), alpha=self.alpha)
+            self.c[n].add_((agg.sum(k) / agg.num_clients).to(self.c[n].dtype), alpha=self.alpha_for(x.numel()))
 
     def state_dict(self) -> dict[str, Tensor]:
         return dict(self.c)

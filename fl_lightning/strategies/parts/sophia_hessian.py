@@ -1,8 +1,18 @@
 """SophiaHessian: the Hessian-diagonal estimate ĥ that feeds Sophia's curvature EMA, every ``every`` local steps.
 
-Sophia (Liu et al., ICLR 2024, arXiv 2305.14342) and seed 001 FedPAC (spec 001 §4.3 Alg. 8 / 9): on the step whose
-global index rK + k (k = 1..K) is a multiple of f_h (``every``, default 10), an estimate ĥ of diag(∇²f) on the
-current minibatch is passed to the optimizer's ``update_hessian`` (h ← β2 h + (1−β2) max(ĥ, 0)). ``estimator``:
+Sophia (Liu et al., ICLR 2024, arXiv 2305.14342) and seed 001 FedPAC (spec 001 §4.3 Alg. 8 / 9): on a step whose
+index t is a multiple of f_h (``every``, default 10), an estimate ĥ of diag(∇²f) on the current minibatch is passed
+to the optimizer's ``update_hessian`` (h ← β2 h + (1−β2) max(ĥ, 0)). Which step index t (``counter``):
+
+* ``global`` (default; FedPAC's Alg. 8 / 9, "(rK + k) mod f_h = 0"): t = rK + k, k = 1..K the local step of round r;
+* ``client``: t counts the steps this client has taken over all its rounds (kept in its state). Fed-Sophia
+  (Elbakary et al., arXiv 2406.06655) writes every quantity of device i with the device's own iteration index,
+  m_t^(i), v̂_t^(i) = β2·v̂_{t−τ}^(i) + (1−β2)·GNB(θ_t^(i)) when t mod τ = 0; its server averages all N devices every
+  round, so there this is also rK + k. Under partial participation the two differ, and only the device's own count
+  keeps v̂_{t−τ}^(i) τ of the device's own steps back (our reading; ``conf/method/fed_sophia.yaml``);
+* ``round``: t = k, restarting every round (the counter of the released FedPAC code's SOAP refresh, spec 001 §10).
+
+``estimator``:
 
 * ``hutchinson`` (default; Alg. 8 and Liu et al. Alg. 1): ĥ = u ⊙ (∇²f u) with Rademacher u (``probes`` of them,
   averaged), the Hessian-vector product by double backward through the current minibatch
@@ -24,10 +34,14 @@ from ..base import ClientContext, Part
 
 class SophiaHessian(Part):
     ESTIMATORS = ("hutchinson", "gnb", "empirical")
+    COUNTERS = ("global", "client", "round")
 
-    def __init__(self, estimator: str = "hutchinson", every: int = 10, probes: int = 1):
+    def __init__(self, estimator: str = "hutchinson", every: int = 10, probes: int = 1, counter: str = "global"):
         if estimator not in self.ESTIMATORS:
             raise ConfigError("estimator", f"unknown estimator {estimator!r}", f"use one of {', '.join(self.ESTIMATORS)}")
+        if counter not in self.COUNTERS:
+            raise ConfigError("counter", f"unknown counter {counter!r}", f"use one of {', '.join(self.COUNTERS)}")
+        self.counter = counter
         for key, val in (("every", every), ("probes", probes)):
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ConfigError(key, f"expected a whole number >= 1, got {val!r}", f"set {key} to 1 or more")
@@ -40,6 +54,20 @@ class SophiaHessian(Part):
         if self.estimator == "gnb" and not hasattr(client.module, "sampled_label_loss"):
             raise self.error("estimator", f"estimator=gnb needs a model with sampled_label_loss "
                              f"({type(client.module).__name__} has none)", "use estimator=hutchinson")
+        if self.counter == "global":
+            client.scratch[self.name + "/t0"] = client.round * client.num_steps
+        elif self.counter == "client":  # the steps this client took in its earlier rounds
+            done = client.state.get(self.key("steps"))
+            client.scratch[self.name + "/t0"] = 0 if done is None else int(done)
+        else:
+            client.scratch[self.name + "/t0"] = 0
+
+    def client_end(self, client: ClientContext) -> dict:
+        if self.counter == "client":
+            t = client.scratch[self.name + "/t0"] + client.step
+            dev = next(iter(client.global_params.values())).device
+            client.state[self.key("steps")] = torch.tensor(t, dtype=torch.int64, device=dev)
+        return {}
 
     def _generator(self, client: ClientContext) -> torch.Generator:
         key = self.name + "/rng"
@@ -67,8 +95,8 @@ class SophiaHessian(Part):
         return est
 
     def after_backward(self, client: ClientContext) -> None:
-        k = client.round * client.num_steps + client.step + 1  # Alg. 8: (rK + k) mod f_h = 0, k = 1..K
-        if k % self.every:
+        t = client.scratch[self.name + "/t0"] + client.step + 1  # the step being taken (k = client.step + 1 = 1..K)
+        if t % self.every:
             return
         est = self.estimate(client)
         client.optimizer.update_hessian({client.params[n]: h for n, h in est.items()})
