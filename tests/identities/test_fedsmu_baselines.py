@@ -198,8 +198,8 @@ def heavy_sign(z):  # the top-1 coordinate exactly, the mean |.| of the other 3 
 
 @pytest.mark.parametrize("method,comp,up_bits", [
     ("fedef_topk", topk1, VAL + LOG2D),
-    ("fedef_sign", scaled_sign, D + 32),
-    ("fedef_hs", heavy_sign, (VAL + LOG2D) + (D - 1) + 32),
+    ("fedef_sign", scaled_sign, D + VAL),               # d sign bits + the scale at the tensor width (fp64)
+    ("fedef_hs", heavy_sign, (VAL + LOG2D) + (D - 1) + VAL),
 ])
 def test_fedef_alg3(tmp_path, method, comp, up_bits):
     lr, eta_g = 0.1, 0.8
@@ -250,7 +250,7 @@ def test_fedcams_amsgrad_on_error_feedback_signs(tmp_path):
         x = x - s_lr * m / vh.sqrt()
         xs.append(x)
     loop = make("fedcams", [f"method.lr={lr}", f"method.server_lr={s_lr}"], tmp_path)
-    follow(loop, xs, bits=lambda r: (S * (D + 32), S * dense()))
+    follow(loop, xs, bits=lambda r: (S * (D + VAL), S * dense()))
 
 
 # ------------------------------------------------------------------------------------------- D-Lion, SCALLION
@@ -293,3 +293,15 @@ def test_scallion_with_the_identity_compressor(tmp_path):
     loop = make("scallion", [f"method.lr={lr}", f"method.server_lr={eta_g}", f"method.alpha={alpha}",
                              "method.randk_frac=1.0"], tmp_path)
     follow(loop, xs, bits=lambda r: (S * D * (VAL + LOG2D), S * 2 * dense()))
+
+
+def test_scallion_default_alpha_is_k_over_d_per_tensor():
+    """alpha = null: 1/(1 + omega) of RandK per tensor, omega = d/k - 1, so alpha = k/d with k = max(1, ceil(frac d))
+    (not frac: 2/15 for d = 15 at frac 0.1, 1 for a one-entry tensor)."""
+    from fl_lightning.codecs import RandK
+    from fl_lightning.strategies.parts import Scallion
+
+    part = Scallion(RandK(0.1), lr=0.1)
+    assert part.alpha_for(15) == pytest.approx(2 / 15, rel=1e-15)
+    assert part.alpha_for(1) == 1.0 and part.alpha_for(1000) == pytest.approx(0.1, rel=1e-15)
+    assert Scallion(RandK(0.1), lr=0.1, alpha=0.3).alpha_for(15) == 0.3

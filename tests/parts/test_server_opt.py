@@ -24,7 +24,8 @@ D, K, LOCAL_LR, ROUNDS = 4, 3, 0.1, 6
 A = torch.tensor([[1.0, 0.5, 2.0, 0.2], [0.3, 1.5, 1.0, 2.5]], dtype=torch.float64)  # curvatures per client
 C = torch.tensor([[1.0, -2.0, 0.5, 3.0], [-1.0, 1.0, 2.0, -0.5]], dtype=torch.float64)  # minimisers per client
 X0 = torch.tensor([0.3, -0.4, 0.1, 0.2], dtype=torch.float64)
-WEIGHTS = [10.0, 11.0]  # FakeData.num_samples (weighting=num_samples)
+WEIGHTS = [10.0, 11.0]  # FakeData.num_samples (weighting=num_samples: fedavg_server_momentum)
+UNIFORM = [1.0, 1.0]    # weighting=uniform: fedadam, fedyogi (Reddi et al. Alg. 2), fedams
 
 
 def Vec():
@@ -42,8 +43,8 @@ def local_sgd(x: torch.Tensor, i: int) -> torch.Tensor:
     return w
 
 
-def pseudo_gradient(x: torch.Tensor, weights=WEIGHTS) -> torch.Tensor:
-    """-Delta_t = -(weighted mean of x_i - x)."""
+def pseudo_gradient(x: torch.Tensor, weights=UNIFORM) -> torch.Tensor:
+    """-Delta_t = -(weighted mean of x_i - x); uniform unless ``weights`` are given."""
     delta = sum(weights[i] * (local_sgd(x, i) - x) for i in range(2)) / sum(weights)
     return -delta
 
@@ -117,7 +118,7 @@ def test_amsgrad_vhat_is_non_decreasing_and_follows_fedams(tmp_path, tau_mode):
     held = False
     prev = opt.state["net.w"]["v_hat"].clone()
     for r in range(12):
-        g = pseudo_gradient(x, weights=[1.0, 1.0])  # FedAMS Alg. 1 averages the sampled deltas uniformly
+        g = pseudo_gradient(x)  # FedAMS Alg. 1 averages the sampled deltas uniformly
         m = b1 * m + (1 - b1) * g
         v = b2 * v + (1 - b2) * g ** 2
         vh = torch.maximum(vh, v)
@@ -147,7 +148,7 @@ def test_momentum_matches_heavy_ball(tmp_path, nesterov):
     buf = {"v": torch.zeros(D, dtype=torch.float64)}
 
     def reference(x, t):
-        g = pseudo_gradient(x)
+        g = pseudo_gradient(x, WEIGHTS)  # sample-count weights (fedavg's)
         buf["v"] = beta * buf["v"] + g            # Hsu et al.: v <- beta v + Delta-gradient; x <- x - eta v
         return x - eta * ((g + beta * buf["v"]) if nesterov else buf["v"])
 
