@@ -27,78 +27,28 @@ log = logging.getLogger("fl_lightning")
 # and the process count (which changes only the float summation order)
 _NOT_RESULT = {"resume", "force_resume", "stop_after_rounds", "overwrite", "run_dir", "checkpoint", "store", "hydra",
                "progress"}
-_NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "loggers", "threads"}
+_NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads"}
 
 
 def validate(cfg: DictConfig) -> None:
-    from .settings import check_settings
+    """The schema's checks and rules (:func:`fl_lightning.schema.check`), then what needs torch: a GPU asked for is
+    there."""
+    from .schema import check
 
-    check_settings(cfg)
-    fl = cfg.fl
-
-    def need(ok: bool, key: str, problem: str, fix: str):
-        if not ok:
-            raise ConfigError(key, problem, fix)
-
-    auto = str(fl.num_clients) == "auto"  # as many clients as the partition gives (natural groups); checked again after
-    need(auto or str(fl.num_clients).lstrip("-").isdigit() and int(fl.num_clients) >= 1, "fl.num_clients",
-         f"must be >= 1 or auto, got {fl.num_clients}", "set fl.num_clients=16")
-    need(int(fl.clients_per_round) >= 1, "fl.clients_per_round", f"must be >= 1, got {fl.clients_per_round}",
-         "set fl.clients_per_round to a value in [1, fl.num_clients]")
-    need(auto or int(fl.clients_per_round) <= int(fl.num_clients), "fl.clients_per_round",
-         f"{fl.clients_per_round} clients per round but only fl.num_clients={fl.num_clients} clients exist",
-         f"set fl.clients_per_round <= {fl.num_clients} or raise fl.num_clients")
-    need(int(fl.rounds) >= 1, "fl.rounds", f"must be >= 1, got {fl.rounds}", "set fl.rounds=50")
-    steps, epochs = fl.get("local_steps"), fl.get("local_epochs")
-    need(bool(steps) != bool(epochs), "fl.local_steps",
-         f"set exactly one of fl.local_steps / fl.local_epochs (got {steps} / {epochs})",
-         "e.g. fl.local_steps=5 fl.local_epochs=null")
-    need(steps is None or int(steps) >= 1, "fl.local_steps", f"must be >= 1, got {steps}", "set fl.local_steps=5")
-    need(epochs is None or int(epochs) >= 1, "fl.local_epochs", f"must be >= 1, got {epochs}", "set fl.local_epochs=1")
-    need(int(fl.get("eval_every", 1)) >= 1, "fl.eval_every", "must be >= 1", "set fl.eval_every=1")
-    need(fl.get("lr_schedule", "constant") in ("constant", "cosine"), "fl.lr_schedule",
-         f"unknown schedule {fl.get('lr_schedule')!r}", "use constant or cosine")
-    acc = str(cfg.trainer.get("accelerator", "auto"))
-    need(acc in ("auto", "cpu", "gpu", "cuda", "mps", "tpu"), "trainer.accelerator", f"unknown accelerator {acc!r}",
-         "use auto, cpu or gpu")
-    need(acc not in ("gpu", "cuda") or torch.cuda.is_available(), "trainer.accelerator",
-         f"{acc} asked for but no CUDA GPU is visible to this process", "use trainer.accelerator=cpu (or auto)")
-    prec = str(cfg.trainer.precision)
-    need(prec in ("32-true", "32", "64-true", "bf16-mixed", "bf16-true", "16-mixed", "16-true"), "trainer.precision",
-         f"unknown precision {prec!r}", "use 32-true, bf16-mixed, bf16-true or 64-true")
-    need(prec not in ("16-mixed",), "trainer.precision", "fp16 mixed precision needs a grad scaler that per-client "
-         "optimizers do not share", "use bf16-mixed")
-    clip = cfg.method.get("grad_clip")  # type and sign checked by check_settings
-    need(clip is None or clip > 0, "method.grad_clip", f"must be > 0 or null, got {clip}", "set method.grad_clip=null")
-    for key in ("method.name", "model.name", "data.name", "data.partition.name"):  # labels in outputs and logs
-        need(OmegaConf.select(cfg, key, default="") is not None, key, "must be a label, got null",
-             f"set {key} to a name (it labels summary.json and the logs)")
-    _check_flags(cfg, "")
-    ck = cfg.checkpoint
-    need(int(ck.get("every", 1)) >= 1, "checkpoint.every", "must be >= 1", "set checkpoint.every=1")
-    if cfg.get("resume") is not None and cfg.resume != "":
-        need(os.path.isdir(str(cfg.resume)), "resume", f"no run directory {cfg.resume!r}",
-             "pass the run directory printed by the stopped run (it holds checkpoints/)")
-
-
-def _check_flags(node, prefix: str) -> None:
-    """Hydra's own ``_partial_`` / ``_recursive_`` flags are booleans (Hydra raises a bare TypeError otherwise)."""
-    if OmegaConf.is_dict(node):
-        for k in node.keys():
-            key = f"{prefix}{k}"
-            if k in ("_partial_", "_recursive_"):
-                v = node._get_node(k)._value()
-                if not isinstance(v, bool):
-                    raise ConfigError(key, f"expected true or false, got {v!r}",
-                                      f"set {key}=true (or leave the config's value)")
-            else:
-                _check_flags(node._get_node(k), key + ".")
+    check(cfg)
+    acc = str(cfg.trainer.accelerator)
+    if acc in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise ConfigError("trainer.accelerator", f"{acc} asked for but no CUDA GPU is visible to this process",
+                          "use trainer.accelerator=cpu (or auto)")
+    if cfg.get("resume") not in (None, "") and not os.path.isdir(str(cfg.resume)):
+        raise ConfigError("resume", f"no run directory {cfg.resume!r}",
+                          "pass the run directory printed by the stopped run (it holds checkpoints/)")
 
 
 def _result_view(cfg: DictConfig) -> dict:
     """The part of the config that changes results (what a resumed run must share with the one it continues)."""
     c = OmegaConf.to_container(cfg, resolve=True)
-    c = {k: v for k, v in c.items() if k not in _NOT_RESULT}
+    c = {k: v for k, v in c.items() if k not in _NOT_RESULT and not (k == "server_opt" and v is None)}
     c["trainer"] = {k: v for k, v in c.get("trainer", {}).items() if k not in _NOT_RESULT_TRAINER}
     if c.get("fl", {}).get("lr_schedule", "constant") == "constant":  # R matters only through the schedule
         c["fl"] = {k: v for k, v in c["fl"].items() if k != "rounds"}
@@ -129,14 +79,15 @@ def apply_threads(cfg: DictConfig) -> int:
     """``trainer.threads``: torch's intra-op CPU threads for this process. ``auto`` = the CPUs this process may use
     divided by the processes per node (``trainer.devices``), unless ``OMP_NUM_THREADS`` is set; oversubscribed
     threads on a busy machine made the default run many times slower than one thread (docs/benchmarks.md)."""
-    from .settings import setting
+    from .schema import check_value
 
-    t = setting(cfg, "trainer.threads", "auto")
+    t = cfg.trainer.threads
+    check_value("trainer.threads", t)
     if t == "auto":
         if os.environ.get("OMP_NUM_THREADS"):
             return torch.get_num_threads()
         cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        devices = setting(cfg, "trainer.devices", 1)
+        devices = cfg.trainer.devices
         n = max(1, cpus // (devices if isinstance(devices, int) else 1))
     else:
         n = t

@@ -11,9 +11,12 @@ import sys
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from .errors import ConfigError, FLError, ResumeError
+from .schema import register
+
+register()  # the schema (conf/config.yaml's first default) before Hydra composes
 
 log = logging.getLogger("fl_lightning")
-GROUPS = ("method", "model", "data", "experiment", "optimizer")
+GROUPS = ("method", "model", "data", "experiment", "optimizer", "server_opt")
 CONTROL = ("resume", "force_resume", "stop_after_rounds", "overwrite")  # how to run now, never carried over
 _HELD_LOCKS: list = []
 OVERRIDES_FILE = "overrides.yaml"  # the run's own overrides (Hydra's .hydra/ copy is rewritten by every invocation)
@@ -54,53 +57,96 @@ def check_groups(argv: list[str], conf_dir: str) -> None:
             fail(f"unknown {key} {val!r}; valid: {', '.join(names)} (files in conf/{key}/)")
 
 
-def check_keys(argv: list[str], conf_dir: str) -> None:
-    """``fl.num_client=5`` (a key that does not exist, without ``+``): one line naming the closest key, before
-    Hydra's longer report. Only when the overrides compose from conf/ alone (no ``hydra.searchpath``)."""
-    if any(a.lstrip("+").startswith("hydra.searchpath") for a in argv):
-        return
-    argv = [a for a in argv if not a.lstrip("+~").startswith("hydra.") and "=" in a]
-    import re
+def prepare(argv: list[str], conf_dir: str) -> list[str]:
+    """What ``train.py`` does before Hydra composes: group names and the schema's keys checked (torch-free, one line
+    each), and for ``resume=DIR`` the run's saved overrides put under the new ones, so that Hydra composes the
+    resumed run's config once (a key only the resumed run has, e.g. ``model.net.pretrained_path``, is accepted).
+    Returns the overrides to compose."""
+    from .schema import check_overrides
 
-    from hydra import compose, initialize_config_dir
-
-    from .settings import closest_key
-
+    check_groups(argv, conf_dir)
     try:
-        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-            try:
-                compose(config_name="config", overrides=list(argv))
-                return
-            except Exception as err:
-                m = re.search(r"Could not override '([^']+)'", str(err))
-                if not m or "To append to your config" not in str(err):
-                    return  # another composition problem: Hydra reports it
-                key = m.group(1)
-                rest = [a for a in argv if _okey(a) != key]
-                try:
-                    near = closest_key(compose(config_name="config", overrides=rest), key)
-                except Exception:
-                    near = None
-    except Exception:
-        return
-    hint = f"did you mean {near}? " if near else ""
-    fail(f"config error: {key}: no such key; fix: {hint}(a new key needs a leading +, e.g. +{key}=...)")
-
-
-def check_resume(argv: list[str]) -> None:
-    """``resume=DIR`` names the run directory Hydra is about to use: check it exists before Hydra creates it."""
+        check_overrides(argv)
+    except FLError as err:
+        if user_full_error():
+            raise
+        fail(str(err))
+    except Exception as err:  # an override Hydra's parser refuses: Hydra reports it (one line, below)
+        log.debug("override parse: %s", err)
     for arg in argv:
         key, sep, val = arg.lstrip("+").partition("=")
-        if sep and key == "resume" and val not in ("", "null") and not os.path.isdir(val):
-            fail(f"config error: resume: no run directory {val!r}; fix: pass the run directory printed by the stopped "
-                 "run (it holds checkpoints/)")
+        if sep and key == "resume" and val not in ("", "null"):
+            if not os.path.isdir(val):
+                fail(f"config error: resume: no run directory {val!r}; fix: pass the run directory printed by the "
+                     "stopped run (it holds checkpoints/)")
+            saved = os.path.join(val, OVERRIDES_FILE)
+            if os.path.exists(saved):
+                return merge_overrides([str(o) for o in OmegaConf.load(saved)], argv)
+    return list(argv)
+
+
+def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str:
+    """Hydra's report of a config that does not compose, as one line: ``X=v`` for a key the config does not have
+    names the closest key (the config is composed once more, without that override, only on this error path)."""
+    import re
+
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    m = re.search(r"Could not override '([^']+)'", str(err))
+    if m and "To append to your config" in str(err):
+        name = m.group(1)
+        near = None
+        try:
+            from hydra import compose, initialize_config_dir
+
+            from .schema import closest_key
+
+            rest = [a for a in argv if _okey(a) != name and not a.startswith("hydra.")]
+            with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+                near = closest_key(compose(config_name="config", overrides=rest), name)
+        except Exception:
+            near = None
+        hint = f"did you mean {near}? " if near else ""
+        return f"config error: {name}: no such key; fix: {hint}(a new argument of a part or model needs a leading +, " \
+               f"e.g. +{name}=...)"
+    cause = err.__cause__
+    if cause is not None and str(cause).strip():
+        text += f" ({str(cause).strip().splitlines()[0]})"
+    return f"config error: {text}"
+
+
+def user_full_error() -> bool:
+    """Did the user ask for tracebacks (``HYDRA_FULL_ERROR=1``)? train.py sets Hydra's variable itself so that
+    composition errors reach it, and keeps the user's choice in ``FL_HYDRA_FULL_ERROR`` (inherited by the processes
+    a launcher starts)."""
+    return os.environ.get("FL_HYDRA_FULL_ERROR", os.environ.get("HYDRA_FULL_ERROR", "")) == "1"
+
+
+def main(hydra_main, argv: list[str], conf_dir: str) -> None:
+    """``train.py``'s body: :func:`prepare`, then the Hydra app; a config that does not compose is one line, exit 2."""
+    argv = prepare(argv, conf_dir)
+    sys.argv[1:] = argv
+    os.environ.setdefault("FL_HYDRA_FULL_ERROR", "1" if user_full_error() else "0")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
+    try:
+        hydra_main()
+    except Exception as err:
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        if user_full_error() or not isinstance(err, (HydraException, OmegaConfBaseException)):
+            raise
+        fail(composition_error(err, argv, conf_dir))
 
 
 def flag(cfg: DictConfig, key: str, default: bool = False) -> bool:
     """A boolean setting, strictly: true/false (``force_resume=no`` is an error, not a yes)."""
-    from .settings import setting
+    from .schema import check_value
 
-    return bool(setting(cfg, key, default))
+    v = OmegaConf.select(cfg, key, default=None)
+    if v is None:
+        return default
+    check_value(key, v)
+    return bool(v)
 
 
 # ---------------------------------------------------------------------------------------------- overrides
@@ -131,18 +177,11 @@ def _is_launched_child() -> bool:
 
 
 def resume_config(cfg: DictConfig, run_dir: str, force: bool) -> DictConfig:
-    """The config to resume ``run_dir`` with: the overrides it was started with, re-composed, with this command's
-    overrides on top; a difference from the saved config in a key that changes results is refused with one line
+    """Check the config resuming ``run_dir`` (composed from the run's saved overrides with this command's on top,
+    :func:`prepare`): a difference from the saved config in a key that changes results is refused with one line
     naming the keys, unless ``force_resume=true``."""
     from .build import result_diff
 
-    new = _task_overrides()
-    saved_ov = os.path.join(run_dir, OVERRIDES_FILE)
-    if new is not None and os.path.exists(saved_ov):
-        from hydra import compose
-
-        saved = [str(o) for o in OmegaConf.load(saved_ov)]
-        cfg = compose(config_name="config", overrides=merge_overrides(saved, new))
     saved_cfg = os.path.join(run_dir, "config.yaml")
     if os.path.exists(saved_cfg):
         diff = result_diff(OmegaConf.load(saved_cfg), cfg)
@@ -266,18 +305,30 @@ def _resume_dir(cfg: DictConfig) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- run
+def _stop_requested():
+    """The loop's stop exception, or one nothing raises while the loop is not imported yet (torch-free errors)."""
+    mod = sys.modules.get("fl_lightning.loop")
+    return mod.StopRequested if mod is not None else _NeverRaised
+
+
+class _NeverRaised(Exception):
+    pass
+
+
 def run(cfg: DictConfig) -> dict | None:
     """Build and run one job; user errors become one line on stderr and a non-zero exit."""
-    from .build import build
-    from .loop import StopRequested
-
-    full = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    full = user_full_error()
     resume = _resume_dir(cfg)
     run_dir = resume or str(cfg.run_dir)
     child = _is_launched_child()
     loop = None
     _install_early_handlers()  # the loop installs its own (finish the round, checkpoint) once it runs
     try:
+        from .schema import check
+
+        check(cfg, _task_overrides())  # every schema key and rule, before torch is imported
+        from .build import build
+        from .loop import StopRequested  # noqa: F401 (caught below)
         force = flag(cfg, "force_resume")
         if resume:
             if not os.path.isdir(run_dir):
@@ -300,7 +351,7 @@ def run(cfg: DictConfig) -> dict | None:
                 kept = [o for o in merge_overrides(old, ov) if _okey(o) not in CONTROL]
                 OmegaConf.save(ListConfig(kept), saved)
         return loop.run(cfg.get("stop_after_rounds"), flag(cfg, "trainer.progress", default=True))
-    except StopRequested as stop:
+    except _stop_requested() as stop:
         if child:  # rank 0 reports (and a non-zero child would make Lightning's observer kill the launcher)
             sys.exit(0)
         print(f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir)}",

@@ -16,6 +16,9 @@ def make_cfg(overrides: list[str], run_dir=None):
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
+    from fl_lightning.schema import register
+
+    register()
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides))
     with open_dict(cfg):
@@ -59,10 +62,12 @@ def cli_in_process(argv: list[str], run_dir) -> tuple[int, str]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         try:
-            cli.check_groups(argv, CONF)
-            cli.check_resume(argv)
-            cli.check_keys(argv, CONF)
-            cli.run(make_cfg(argv, run_dir))
+            argv = cli.prepare(argv, CONF)
+            try:
+                cfg = make_cfg(argv, run_dir)
+            except Exception as bad:  # what cli.main prints for a config that does not compose
+                cli.fail(cli.composition_error(bad, argv, CONF))
+            cli.run(cfg)
             code = 0
         except SystemExit as stop:
             code = stop.code

@@ -15,6 +15,9 @@ def method_config(name: str, overrides: list[str] = ()):
     """conf/method/<name>.yaml composed through Hydra (so the yaml itself is under test), with overrides."""
     from hydra import compose, initialize_config_dir
 
+    from fl_lightning.schema import register
+
+    register()
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=[f"method={name}", *overrides])
     return cfg

@@ -1,0 +1,385 @@
+"""The config schema: one dataclass per core group, each key with its type, range, default and one-line help.
+
+This is the single truth of the keys every run has (``seed``, ``fl.*``, ``trainer.*``, ``checkpoint.*``,
+``store.*`` and the run controls); ``conf/config.yaml`` starts from it (Hydra structured config ``fl_lightning``)
+and keeps only its defaults list and Hydra's settings. Keys of ``_target_`` nodes (models, datasets, parts,
+optimizers, codecs) are checked from their constructors (:func:`fl_lightning.config.instantiate`); the data keys
+every dataset builder shares are here too (:class:`DataKeys`).
+
+:func:`check` runs on the composed config before torch is imported: a key that is not in the schema (also one added
+with ``+``), a value of the wrong type or out of range, and the rules that tie keys together, each one line naming
+the full key and the fix (:class:`~fl_lightning.errors.ConfigError`). ``python -m fl_lightning.keys`` prints it.
+This module imports neither torch nor Lightning.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from omegaconf import DictConfig, OmegaConf
+
+from .errors import ConfigError
+
+
+def key(default, help: str, kind: str, low=None, high=None, words=(), choices=(), nullable=False,  # noqa: A002
+        example: str = ""):
+    """A schema field: ``kind`` int | float | bool | str | path; ``low``/``high`` inclusive bounds; ``words`` accepted
+    besides numbers (``auto``); ``choices`` the only accepted strings; ``nullable`` accepts null."""
+    meta = dict(help=help, kind=kind, low=low, high=high, words=tuple(words), choices=tuple(choices),
+                nullable=nullable, example=example or str(default))
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: default, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+@dataclass
+class FL:
+    """The federation: clients, sampling, rounds and local work."""
+
+    num_clients: Any = key(16, "clients in the federation (auto: as many as the partition's natural groups)", "int",
+                           1, 10**7, words=("auto",))
+    clients_per_round: int = key(8, "clients sampled each round, uniformly without replacement, seeded by "
+                                    "(seed, round)", "int", 1, 10**7)
+    rounds: int = key(40, "communication rounds", "int", 1, 10**9)
+    local_steps: Optional[int] = key(10, "K local steps per round (null: train by fl.local_epochs)", "int", 1, 10**9,
+                                     nullable=True)
+    local_epochs: Optional[int] = key(None, "E local epochs per round instead of K steps", "int", 1, 10**6,
+                                      nullable=True, example="1")
+    eval_every: int = key(1, "evaluate the global model every N rounds (and after the last)", "int", 1, 10**9)
+    lr_schedule: str = key("constant", "learning-rate schedule over rounds", "str", choices=("constant", "cosine"))
+    lr_min_factor: float = key(0.0, "the cosine schedule's final lr as a fraction of the initial", "float", 0.0, 1.0)
+    warmup_rounds: int = key(0, "rounds of linear lr warm-up (fewer than fl.rounds)", "int", 0, 10**9)
+
+
+@dataclass
+class Trainer:
+    """Lightning Fabric: device, processes, precision."""
+
+    accelerator: str = key("auto", "device kind", "str", choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu"))
+    devices: Any = key(1, "processes per node; clients are split across them, uploads all-reduced", "int", 1, 4096,
+                       words=("auto",))
+    num_nodes: int = key(1, "nodes", "int", 1, 4096)
+    strategy: str = key("auto", "Fabric strategy (ddp when trainer.devices > 1)", "str")
+    precision: str = key("32-true", "numeric precision", "str",
+                         choices=("32-true", "32", "64-true", "bf16-mixed", "bf16-true", "16-true", "16-mixed"))
+    progress: bool = key(True, "a progress bar on the terminal", "bool")
+    threads: Any = key("auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)",
+                       "int", 1, 4096, words=("auto",))
+
+
+@dataclass
+class Checkpoint:
+    """When and how checkpoints are written (never what a run computes)."""
+
+    every: int = key(1, "rounds between checkpoints (one is always written at the end and on SIGINT/SIGTERM)",
+                     "int", 1, 10**9)
+    keep_last: int = key(2, "checkpoints kept", "int", 1, 10**6)
+    background_mb: int = key(512, "write a checkpoint behind the next round when its changed client states are at "
+                                  "most this many MB (0: before it; one process only)", "int", 0, 10**9)
+    compact: float = key(0.25, "rewrite the client states left in an older checkpoint file once at most this "
+                               "fraction of its clients is still referred to (0: never)", "float", 0.0, 1.0)
+
+
+@dataclass
+class Store:
+    """Where client states live between rounds."""
+
+    offload_dir: Optional[str] = key(None, "put client states in safetensors files here instead of CPU memory",
+                                     "path", nullable=True, example="/scratch/clients")
+
+
+@dataclass
+class DataKeys:
+    """Keys every dataset builder takes (checked here as well as by the builder)."""
+
+    batch_size: int = key(32, "training minibatch size", "int", 1, 10**7)
+    eval_batch_size: int = key(1024, "evaluation batch size", "int", 1, 10**8)
+    on_device: bool = key(True, "keep the dataset's tensors on the device", "bool")
+
+
+@dataclass
+class Root:
+    """A run: the groups above, the config groups (method, model, data, optimizer, server_opt) and the controls."""
+
+    seed: int = key(0, "seed of everything (sampling, partitions, initialisation, minibatch order)", "int", 0, 2**32 - 1)
+    fl: FL = field(default_factory=FL)
+    trainer: Trainer = field(default_factory=Trainer)
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
+    store: Store = field(default_factory=Store)
+    resume: Optional[str] = key(None, "a run directory: continue from its last checkpoint", "path", nullable=True,
+                                example="outputs/DATE/TIME")
+    force_resume: bool = key(False, "resume even if the result-relevant config differs", "bool")
+    overwrite: bool = key(False, "a new run into a directory holding another run's checkpoints replaces it", "bool")
+    stop_after_rounds: Optional[int] = key(None, "run at most this many rounds now, checkpoint, exit", "int", 1, 10**9,
+                                           nullable=True, example="10")
+    run_dir: Optional[str] = key(None, "the run directory (Hydra's output directory)", "path", nullable=True)
+    tables: Any = key(None, "lookup tables an experiment's interpolations read (e.g. glue_lora's per-method lrs)",
+                      "table", nullable=True, example="{name: value}")
+    # config groups: their keys are their targets' arguments (checked by instantiate) and the method's own knobs
+    method: Any = None
+    model: Any = None
+    data: Any = None
+    optimizer: Any = None
+    server_opt: Any = None
+
+
+GROUPS = {"fl": FL, "trainer": Trainer, "checkpoint": Checkpoint, "store": Store}
+CONFIG_GROUPS = ("method", "model", "data", "optimizer", "server_opt", "experiment")
+METHOD_KEYS = {"grad_clip": key(None, "max-norm gradient clipping before each local step (null: none)", "float",
+                                0.0, None, nullable=True, example="1.0")}
+
+
+def register() -> None:
+    """Register :class:`Root` as the structured config ``fl_lightning`` (``conf/config.yaml``'s first default)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="fl_lightning", node=Root)
+
+
+def fields_of(cls) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.metadata}
+
+
+def all_keys() -> dict[str, dataclasses.Field]:
+    """Every schema key by its dotted name."""
+    out = {n: f for n, f in fields_of(Root).items()}
+    for g, cls in GROUPS.items():
+        out.update({f"{g}.{n}": f for n, f in fields_of(cls).items()})
+    out.update({f"data.{n}": f for n, f in fields_of(DataKeys).items()})
+    out.update({f"method.{n}": f for n, f in METHOD_KEYS.items()})
+    return out
+
+
+def problem(meta, v) -> str | None:
+    """What is wrong with value ``v`` for a field with metadata ``meta`` (None: nothing)."""
+    if v is None:
+        return None if meta["nullable"] else "must be set (got null)"
+    if isinstance(v, str) and v in meta["words"]:
+        return None
+    kind = meta["kind"]
+    if kind == "table":
+        return None if isinstance(v, dict) or OmegaConf.is_dict(v) else f"expected a table (key: value, ...), got {v!r}"
+    if kind in ("str", "path") and isinstance(v, (int, float)) and not isinstance(v, bool):
+        v = str(v)  # a name the command line parsed as a number (trainer.precision=32, a folder called 0)
+    if kind == "bool":
+        return None if isinstance(v, bool) else f"expected true or false, got {v!r}"
+    if kind in ("str", "path"):
+        if not isinstance(v, str):
+            return f"expected a {'path' if kind == 'path' else 'string'}, got {v!r}"
+        if meta["choices"] and v not in meta["choices"]:
+            return f"unknown value {v!r}; valid: {', '.join(meta['choices'])}"
+        return None
+    ok = isinstance(v, int) and not isinstance(v, bool)
+    if kind == "float":
+        ok = ok or isinstance(v, float)
+    if not ok:
+        what = "a whole number" if kind == "int" else "a number"
+        alt = f" or {' / '.join(meta['words'])}" if meta["words"] else ""
+        return f"expected {what}{alt}, got {v!r}"
+    low, high = meta["low"], meta["high"]
+    if v != v or (low is not None and v < low) or (high is not None and v > high):
+        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
+        return f"must be {bounds}, got {v!r}"
+    return None
+
+
+def check_value(name: str, v) -> None:
+    meta = all_keys()[name].metadata
+    p = problem(meta, v)
+    if p:
+        raise ConfigError(name, p, f"set e.g. {name}={meta['example']}")
+
+
+def _read(cfg: DictConfig, name: str):
+    try:
+        return OmegaConf.select(cfg, name, throw_on_missing=True, default="__absent__")
+    except Exception as err:  # an interpolation that does not resolve, a missing value (???)
+        meta = all_keys()[name].metadata
+        raise ConfigError(name, f"cannot be read ({str(err).splitlines()[0]})", f"set {name}={meta['example']}") from None
+
+
+def closest(name: str, candidates) -> str | None:
+    """The candidate key nearest to ``name``: the same last part, else the closest spelling."""
+    leaf = name.rsplit(".", 1)[-1]
+    same = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf and c.split(".")[0] == name.split(".")[0]]
+    if same:
+        return min(same, key=len)
+    m = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return m[0] if m else None
+
+
+def closest_key(cfg: DictConfig, name: str) -> str | None:
+    """The key of ``cfg`` nearest to ``name`` (for 'no such key' messages): one with the same last part under the
+    same top-level node (``model.hidden`` -> ``model.net.hidden``), else the closest sibling spelling."""
+    parent, _, leaf = name.rpartition(".")
+    flat = _flat_keys(OmegaConf.to_container(cfg, resolve=False))
+    same_leaf = [k for k in flat if k.split(".")[0] == name.split(".")[0] and k.rsplit(".", 1)[-1] == leaf]
+    if same_leaf:
+        return min(same_leaf, key=len)
+    siblings = [k[len(parent) + 1:] if parent else k for k in flat if k.rpartition(".")[0] == parent]
+    match = difflib.get_close_matches(leaf, siblings, n=1)
+    return f"{parent + '.' if parent else ''}{match[0]}" if match else None
+
+
+def _flat_keys(node, prefix: str = "") -> list[str]:
+    out = []
+    if isinstance(node, dict):
+        for k, v in node.items():
+            out.append(prefix + str(k))
+            out.extend(_flat_keys(v, f"{prefix}{k}."))
+    return out
+
+
+def unknown_key(name: str) -> ConfigError:
+    near = closest(name, all_keys())
+    fix = f"did you mean {near}? (python -m fl_lightning.keys lists every key)" if near else \
+        "remove it (python -m fl_lightning.keys lists every key)"
+    return ConfigError(name, "no such key", fix)
+
+
+def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
+    """The composed config against the schema: unknown keys in the schema's groups (also ``+`` keys), each key's type
+    and range, then the rules between keys; with the command line's ``overrides``, a ``method.X`` override that
+    nothing in the method reads. Torch-free; raises the first :class:`ConfigError`."""
+    declared = fields_of(Root)
+    for top in cfg.keys():
+        if top not in declared and top not in GROUPS and top not in (*CONFIG_GROUPS, "hydra"):
+            raise unknown_key(str(top))
+    for g, cls in GROUPS.items():
+        node = cfg.get(g)
+        if node is None:
+            continue
+        names = fields_of(cls)
+        for k in node.keys():
+            if k not in names:
+                raise unknown_key(f"{g}.{k}")
+    for name in all_keys():
+        v = _read(cfg, name)
+        if v == "__absent__":
+            continue
+        check_value(name, v)
+    rules(cfg)
+    if overrides and cfg.get("method") is not None:
+        unread = unread_method_keys(cfg)
+        for ov in overrides:
+            name = ov.split("=", 1)[0].lstrip("+~")
+            parts = name.split(".")
+            if len(parts) == 2 and parts[0] == "method" and parts[1] in unread:
+                read = [k for k in cfg.method.keys() if k not in unread]
+                near = difflib.get_close_matches(parts[1], read, n=1)
+                fix = f"did you mean method.{near[0]}?" if near else "remove it"
+                raise ConfigError(name, f"nothing in method {cfg.method.get('name')!r} reads it", fix)
+
+
+METHOD_STRUCTURE = ("name", "parts", "comm", "grad_clip")  # read by the builder, not through interpolations
+
+
+def unread_method_keys(cfg: DictConfig) -> set[str]:
+    """The method's top-level keys that no ``${method.X}`` (or ``oc.select:method.X``) in the config refers to: knobs
+    of a part the method does not have, or keys a user added that nothing uses."""
+    import re
+
+    refs: set[str] = set()
+
+    def walk(node):
+        if isinstance(node, dict):
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+        elif isinstance(node, str) and "method." in node:
+            refs.update(re.findall(r"method\.([A-Za-z_][A-Za-z0-9_]*)", node))
+
+    walk(OmegaConf.to_container(cfg, resolve=False))
+    return {str(k) for k in cfg.method.keys() if k not in refs and k not in METHOD_STRUCTURE}
+
+
+def rules(cfg: DictConfig) -> None:
+    """Cross-key rules, in one place."""
+    fl = cfg.fl
+    auto = str(fl.num_clients) == "auto"
+    if not auto and int(fl.clients_per_round) > int(fl.num_clients):
+        raise ConfigError("fl.clients_per_round",
+                          f"{fl.clients_per_round} clients per round but only fl.num_clients={fl.num_clients} clients exist",
+                          f"set fl.clients_per_round <= {fl.num_clients} or raise fl.num_clients")
+    steps, epochs = fl.get("local_steps"), fl.get("local_epochs")
+    if bool(steps) == bool(epochs):
+        raise ConfigError("fl.local_steps", f"set exactly one of fl.local_steps / fl.local_epochs (got {steps} / {epochs})",
+                          "e.g. fl.local_steps=5 fl.local_epochs=null")
+    if fl.get("warmup_rounds", 0) and int(fl.warmup_rounds) >= int(fl.rounds):
+        raise ConfigError("fl.warmup_rounds", f"{fl.warmup_rounds} warm-up rounds in a run of fl.rounds={fl.rounds}",
+                          "set fl.warmup_rounds below fl.rounds")
+    if str(cfg.trainer.precision) == "16-mixed":
+        raise ConfigError("trainer.precision", "fp16 mixed precision needs a grad scaler that per-client optimizers do "
+                          "not share", "use bf16-mixed")
+    clip = OmegaConf.select(cfg, "method.grad_clip", default=None)
+    if clip is not None and not clip > 0:
+        raise ConfigError("method.grad_clip", f"must be > 0 or null, got {clip}", "set method.grad_clip=null")
+    for name in ("method.name", "model.name", "data.name", "data.partition.name"):  # labels in outputs and logs
+        if OmegaConf.select(cfg, name, default="") is None:
+            raise ConfigError(name, "must be a label, got null", f"set {name} to a name (it labels summary.json and the logs)")
+    _check_flags(cfg, "")
+
+
+def _check_flags(node, prefix: str) -> None:
+    """Hydra's own ``_partial_`` / ``_recursive_`` flags are booleans (Hydra raises a bare TypeError otherwise)."""
+    if OmegaConf.is_dict(node):
+        for k in node.keys():
+            name = f"{prefix}{k}"
+            if k in ("_partial_", "_recursive_"):
+                v = OmegaConf.to_container(node, resolve=False)[k]
+                if not isinstance(v, bool):
+                    raise ConfigError(name, f"expected true or false, got {v!r}",
+                                      f"set {name}=true (or leave the config's value)")
+            else:
+                _check_flags(node.get(k) if not OmegaConf.is_missing(node, k) else None, name + ".")
+
+
+# ---------------------------------------------------------------------------------------------- before Hydra
+def check_overrides(argv: list[str]) -> None:
+    """The command line's overrides of schema keys, before Hydra composes anything (and before torch is imported):
+    an unknown key (also with ``+``), a value of the wrong type or out of range is one :class:`ConfigError`. Sweeps
+    (``fl.rounds=10,20``, ``choice(...)``, ``range(...)``) are checked value by value; interpolations are left to
+    :func:`check` on the composed config."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    overrides = OverridesParser.create().parse_overrides([a for a in argv if "=" in a or a.startswith("~")])
+    known = all_keys()
+    for ov in overrides:
+        name = ov.key_or_group
+        top = name.split(".")[0]
+        if ov.package is not None or "/" in name or top in ("hydra", *CONFIG_GROUPS) and name not in known:
+            continue  # config groups, their targets' arguments (checked when built) and Hydra's own keys
+        if name not in known:
+            raise unknown_key(name)
+        if ov.is_delete():
+            raise ConfigError(name, "a schema key cannot be deleted",
+                              f"set it instead, e.g. {name}={known[name].metadata['example']}")
+        values = list(ov.sweep_iterator()) if ov.is_sweep_override() else [ov.value()]
+        for v in values:
+            if isinstance(v, str) and "${" in v:
+                continue
+            check_value(name, v)
+
+
+def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(key, type, default, help) for every schema key, or those of one group."""
+    out = []
+    for name, f in all_keys().items():
+        if group and not (name == group or name.startswith(group + ".")):
+            continue
+        m = f.metadata
+        kind = m["kind"] + (" | " + " | ".join(m["words"]) if m["words"] else "")
+        if m["choices"]:
+            kind = " | ".join(m["choices"])
+        if m["low"] is not None or m["high"] is not None:
+            kind += f" in [{m['low']}, {'∞' if m['high'] is None else m['high']}]"
+        if m["nullable"]:
+            kind += " | null"
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        out.append((name, kind, "null" if default is None else str(default).lower() if isinstance(default, bool)
+                    else str(default), m["help"]))
+    return out

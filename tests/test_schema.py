@@ -1,0 +1,120 @@
+"""The config schema (fl_lightning/schema.py): every key probed with {abc, null, -1, 0, 2.5} on the command line is
+either a valid value or one line naming that key, before Hydra composes and before torch is imported; the composed
+config is checked the same way (values from yaml files, ``+`` keys); the rules between keys; ``fl_lightning.keys``."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fl_lightning.build import validate
+from fl_lightning.errors import ConfigError
+from fl_lightning.schema import all_keys, check, check_overrides, closest_key, describe
+from tests.helpers.cli import ROOT, make_cfg
+
+# values that are valid for a key (the rest must be refused)
+VALID = {("seed", "0"), ("fl.warmup_rounds", "0"), ("fl.lr_min_factor", "0"), ("stop_after_rounds", "null"),
+         ("fl.local_epochs", "null"), ("fl.local_steps", "null"), ("method.grad_clip", "null"),
+         ("method.grad_clip", "2.5"), ("checkpoint.background_mb", "0"), ("checkpoint.compact", "0"),
+         ("store.offload_dir", "null"), ("resume", "null"), ("run_dir", "null"), ("tables", "null")}
+BAD = ["abc", "null", "-1", "0", "2.5"]
+NAMES = ("store.offload_dir", "run_dir", "trainer.strategy")  # any string names a folder / a Fabric strategy
+VALID |= {(k, v) for k in NAMES for v in ("abc", "-1", "0", "2.5")}
+NOT_PROBED = {"resume"}  # resume=abc is a missing run directory, tested in tests/system/test_cli_errors.py
+
+
+def _cases():
+    keys = [k for k in all_keys() if k not in NOT_PROBED]
+    assert len(keys) >= 25
+    return [(k, v) for k in keys for v in BAD]
+
+
+@pytest.mark.parametrize("key,value", _cases())
+def test_every_schema_key_refuses_bad_values_in_one_line(key, value):
+    if (key, value) in VALID:
+        check_overrides([f"{key}={value}"])
+        return
+    with pytest.raises(ConfigError) as err:
+        check_overrides([f"{key}={value}"])
+        check(make_cfg([f"{key}={value}"]))  # a value only a rule refuses (grad_clip 0, local_steps null with epochs)
+    msg = str(err.value)
+    assert "\n" not in msg and "fix:" in msg
+    assert f"{key}:" in msg, msg
+
+
+def test_unknown_keys_name_the_closest_one():
+    for arg in ("fl.num_client=5", "+fl.num_client=5", "++fl.num_client=5"):
+        with pytest.raises(ConfigError, match=r"fl\.num_client: no such key; fix: did you mean fl\.num_clients\?"):
+            check_overrides([arg])
+    with pytest.raises(ConfigError, match="no such key"):
+        check_overrides(["+foo=1"])
+    check_overrides(["+method.parts.aggregation.codec._target_=fl_lightning.codecs.TopK", "method=fedavg",
+                     "data/partition=iid", "hydra.run.dir=x", "fl.rounds=10,20"])
+
+
+def test_keys_added_to_the_composed_config_are_refused():
+    """A ``+`` key composes (Hydra adds it even to a structured node); the schema check refuses it, and a method knob
+    that nothing in the method reads (the command line's ``method.X``) is refused too."""
+    with pytest.raises(ConfigError, match="fl.num_client: no such key"):
+        check(make_cfg(["+fl.num_client=5"]))
+    with pytest.raises(ConfigError, match="nothing in method 'fedavg' reads it; fix: did you mean method.lr"):
+        check(make_cfg(["+method.lrr=0.1"]), ["+method.lrr=0.1"])
+    with pytest.raises(ConfigError, match="method.pac_beta: nothing in method 'fedpac_soap_align_only'"):
+        ov = ["method=fedpac_soap_align_only", "method.pac_beta=0.3"]
+        check(make_cfg(ov), ov)
+    check(make_cfg(["method=fedpac_soap", "method.pac_beta=0.3"]), ["method=fedpac_soap", "method.pac_beta=0.3"])
+
+
+def test_every_method_reads_all_its_keys():
+    from fl_lightning.schema import unread_method_keys
+    from tests.helpers.golden import methods
+
+    unread = {m: unread_method_keys(make_cfg([f"method={m}"])) for m in methods()}
+    assert {m: u for m, u in unread.items() if u} == {"fedpac_soap_align_only": {"pac_beta"}}  # its part is removed
+
+
+def test_rules_between_keys():
+    with pytest.raises(ConfigError, match="fl.clients_per_round: 20 clients per round"):
+        validate(make_cfg(["fl.clients_per_round=20"]))
+    with pytest.raises(ConfigError, match="fl.local_steps: set exactly one"):
+        validate(make_cfg(["fl.local_epochs=1"]))
+    with pytest.raises(ConfigError, match="fl.warmup_rounds"):
+        validate(make_cfg(["fl.warmup_rounds=40"]))
+    with pytest.raises(ConfigError, match="trainer.precision: fp16 mixed"):
+        validate(make_cfg(["trainer.precision=16-mixed"]))
+    validate(make_cfg(["fl.local_steps=null", "fl.local_epochs=1"]))
+
+
+def test_closest_key():
+    cfg = make_cfg([])
+    assert closest_key(cfg, "fl.num_client") == "fl.num_clients"
+    assert closest_key(cfg, "model.hidden") == "model.net.hidden"
+    assert closest_key(cfg, "nothing.like.this") is None
+
+
+def test_keys_listing_is_generated_from_the_schema():
+    rows = {r[0]: r for r in describe()}
+    assert set(rows) == set(all_keys())
+    out = subprocess.run([sys.executable, "-m", "fl_lightning.keys", "fl"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0 and "fl.clients_per_round" in out.stdout and "trainer." not in out.stdout
+    assert "int in [1, 1000000000]  (default 40)" in out.stdout
+    bad = subprocess.run([sys.executable, "-m", "fl_lightning.keys", "nope"], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_the_schema_imports_no_torch():
+    code = "import sys, fl_lightning.schema, fl_lightning.cli, fl_lightning.keys; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_a_model_larger_than_free_memory_is_refused_before_allocating(tmp_path, monkeypatch):
+    """Size sanity check: parameters × bytes (counted on the meta device) against the free memory, one line naming
+    the model keys, instead of an allocation failure or the OOM killer later."""
+    from fl_lightning import build as build_mod
+    from tests.helpers.cli import build_error
+
+    monkeypatch.setattr(build_mod, "available_memory", lambda device: 100_000)  # ~100 kB free: the CNN needs more
+    msg = build_error(["fl.rounds=1"], tmp_path)
+    assert msg.startswith("config error: model: ") and "MiB" in msg and "model.net.hidden" in msg, msg
