@@ -23,7 +23,7 @@ CORPUS = [
 
 
 def _tokenizer(path):
-    from fl_lightning.data.pydoc_topics import train_tokenizer
+    from fl_lightning.data.pretrain import train_tokenizer
 
     train_tokenizer(CORPUS, str(path), vocab_size=300)
 

@@ -1,7 +1,7 @@
 """Codecs: what a tensor costs on the wire and what the receiver rebuilds.
 
 A codec is an object a part is given (built from a ``_target_`` config): ``encode(key, tensor, state) -> Msg``
-returns the :class:`~fl_lightning.strategies.base.Msg` whose ``tensor`` is the receiver's dense reconstruction and
+returns the :class:`~fl_lightning.messages.Msg` whose ``tensor`` is the receiver's dense reconstruction and
 whose ``nbits`` is the exact number of bits that travelled. ``state`` is the sending client's persistent state
 (a ``{name: tensor}`` dict kept in the ClientStateStore), for codecs with memory such as
 :class:`~fl_lightning.codecs.error_feedback.ErrorFeedback`; ``key`` names the tensor (codecs with memory keep their
@@ -19,7 +19,7 @@ from typing import Protocol
 
 from torch import Generator, Tensor
 
-from ..strategies.base import Msg
+from ..messages import Msg
 
 
 class Codec(Protocol):

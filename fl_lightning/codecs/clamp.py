@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..strategies.base import Msg
+from ..messages import Msg
 
 
 class Clamp:

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..strategies.base import Msg
+from ..messages import Msg
 from .base import index_bits, value_bits
 
 

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..strategies.base import Msg
+from ..messages import Msg
 from .sign import Sign
 
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..strategies.base import Msg
+from ..messages import Msg
 
 MODES = ("storage_frac", "rank_frac")
 

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..strategies.base import Msg
+from ..messages import Msg
 from .base import value_bits
 
 SIGN_ZERO = ("0", "+1", "random")

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..strategies.base import Msg
+from ..messages import Msg
 
 
 def steps_bits(k: int) -> int:

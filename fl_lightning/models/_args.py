@@ -32,8 +32,6 @@ def image_shape(info: DataInfo, model: str, min_side: int = 1, square: bool = Tr
 def lora_args(r, alpha, dropout, targets, default_targets) -> tuple[int, float, float, list[str]]:
     """LoRA's rank, alpha, dropout and target modules, checked: (r >= 1, alpha > 0, dropout in [0, 1), a non-empty
     list of module names); ``default_targets`` is named in the fix."""
-    from .vit import _fraction
-
     (r,) = positive_ints(r, "lora_r", 1, "16")
     try:
         alpha = float(alpha)
@@ -44,4 +42,22 @@ def lora_args(r, alpha, dropout, targets, default_targets) -> tuple[int, float, 
     targets = [targets] if isinstance(targets, str) else list(targets or [])
     if not targets:
         raise ConfigError("lora_targets", "is empty", f"use {list(default_targets)}")
-    return r, alpha, _fraction(dropout, "lora_dropout", "use 0.05"), targets
+    return r, alpha, fraction(dropout, "lora_dropout", "use 0.05"), targets
+
+
+def fraction(value, arg: str, fix: str = "use 0.0 (seed 004) or 0.1 (seed 001)") -> float:
+    """A probability in [0, 1) (dropout rates), or a one-line error naming ``arg``."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = float("nan")
+    if not 0.0 <= v < 1.0 or isinstance(value, bool):
+        raise ConfigError(arg, f"must be a probability in [0, 1), got {value!r}", fix)
+    return v
+
+
+def choice(value, arg: str, allowed: tuple[str, ...]) -> str:
+    """One of ``allowed``, or a one-line error naming ``arg``."""
+    if value not in allowed:
+        raise ConfigError(arg, f"must be one of {', '.join(allowed)}, got {value!r}", f"use {allowed[0]}")
+    return value

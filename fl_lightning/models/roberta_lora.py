@@ -27,8 +27,7 @@ from torch import nn
 from ..data.info import DataInfo
 from ..data.text import hf_offline
 from ..errors import ConfigError
-from ._args import lora_args
-from .vit import _fraction
+from ._args import fraction, lora_args
 
 LORA_TARGETS = ("query", "key", "value", "dense")
 WEIGHTS_HINT = ("put a save_pretrained directory of roberta-base there (config.json, model.safetensors and the "
@@ -113,7 +112,7 @@ def roberta_lora(info: DataInfo, pretrained_path: str | None = None, hub_offline
                           f"{path} only {model.config.vocab_size} embeddings",
                           "tokenize with the model's own tokenizer (data.tokenizer_path = the model's directory)")
     if dropout is not None:
-        p = _fraction(dropout, "dropout", "use 0.1 (RoBERTa's) or null")
+        p = fraction(dropout, "dropout", "use 0.1 (RoBERTa's) or null")
         for m in model.modules():
             if isinstance(m, nn.Dropout):
                 m.p = p

@@ -29,8 +29,7 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import image_shape, lora_args, positive_ints
-from .vit import _choice, _fraction
+from ._args import choice, fraction, image_shape, lora_args, positive_ints
 
 RESIZES = ("bilinear", "resize_crop")
 WEIGHTS_HINT = ("swin_tiny_patch4_window7_224.pth from github.com/microsoft/Swin-Transformer (release v1.0.0) or "
@@ -141,8 +140,8 @@ def swin(info: DataInfo, embed_dim: int = 96, depths=(2, 2, 6, 2), num_heads=(3,
         raise ConfigError("img_size", f"{size} px with patch {p} gives {size / p:g} tokens per side, which "
                           f"{len(depths) - 1} patch mergings cannot halve evenly",
                           f"use an img_size divisible by {p * 2 ** (len(depths) - 1)} (224 for Swin-T)")
-    resize = _choice(resize, "resize", RESIZES)
-    drop_path = _fraction(drop_path, "drop_path", "use 0.1 (Swin-T's)")
+    resize = choice(resize, "resize", RESIZES)
+    drop_path = fraction(drop_path, "drop_path", "use 0.1 (Swin-T's)")
     try:
         mlp_ratio = float(mlp_ratio)
     except (TypeError, ValueError):

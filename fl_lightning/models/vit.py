@@ -28,7 +28,7 @@ from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import image_shape, positive_ints
+from ._args import choice, fraction, image_shape, positive_ints
 
 POS_EMBEDS = ("learn", "sincos")
 INITS = ("trunc_normal", "xavier")
@@ -61,22 +61,6 @@ def sincos_table(tokens: int, dim: int) -> torch.Tensor:
     return table.float()[None]
 
 
-def _fraction(value, arg: str, fix: str = "use 0.0 (seed 004) or 0.1 (seed 001)") -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = float("nan")
-    if not 0.0 <= v < 1.0 or isinstance(value, bool):
-        raise ConfigError(arg, f"must be a probability in [0, 1), got {value!r}", fix)
-    return v
-
-
-def _choice(value, arg: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(arg, f"must be one of {', '.join(allowed)}, got {value!r}", f"use {allowed[0]}")
-    return value
-
-
 def vit_tiny(info: DataInfo, patch_size="auto", depth: int = 6, embed_dim: int = 192, num_heads: int = 3,
              mlp_ratio: float = 4.0, pos_embed: str = "learn", init: str = "trunc_normal", dropout: float = 0.0) -> nn.Module:
     """timm VisionTransformer for ``info``'s images; defaults = seed 004's ViT-Tiny (see the module docstring)."""
@@ -96,8 +80,8 @@ def vit_tiny(info: DataInfo, patch_size="auto", depth: int = 6, embed_dim: int =
         mlp_ratio = -1.0
     if mlp_ratio <= 0 or int(embed_dim * mlp_ratio) < 1:
         raise ConfigError("mlp_ratio", f"must be > 0, got {mlp_ratio!r}", "use 4")
-    pos_embed, init = _choice(pos_embed, "pos_embed", POS_EMBEDS), _choice(init, "init", INITS)
-    drop = _fraction(dropout, "dropout")
+    pos_embed, init = choice(pos_embed, "pos_embed", POS_EMBEDS), choice(init, "init", INITS)
+    drop = fraction(dropout, "dropout")
 
     net = VisionTransformer(
         img_size=(h, w), patch_size=p, in_chans=c, num_classes=info.num_classes, embed_dim=embed_dim, depth=depth,

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.info import DataInfo
-from ._args import image_shape, positive_ints
-from .vit import _fraction, resolve_patch
+from ._args import fraction, image_shape, positive_ints
+from .vit import resolve_patch
 
 
 class Attention(nn.Module):
@@ -80,5 +80,5 @@ def vit_cifar(info: DataInfo, patch_size="auto", dim: int = 512, depth: int = 6,
     vals = {k: positive_ints(v, k, 1, str(d))[0] for k, v, d in
             (("dim", dim, 512), ("depth", depth, 6), ("heads", heads, 8), ("dim_head", dim_head, 64), ("mlp_dim", mlp_dim, 512))}
     return ViTCifar(c, info.num_classes, (h, w), p, vals["dim"], vals["depth"], vals["heads"], vals["dim_head"],
-                    vals["mlp_dim"], _fraction(dropout, "dropout", "use 0.1 (the paper's)"),
-                    _fraction(emb_dropout, "emb_dropout", "use 0.1 (the paper's)"))
+                    vals["mlp_dim"], fraction(dropout, "dropout", "use 0.1 (the paper's)"),
+                    fraction(emb_dropout, "emb_dropout", "use 0.1 (the paper's)"))

@@ -15,7 +15,7 @@ def pydoc_paragraphs() -> list[str]:
 
 
 def bpe_tokenizer(out_dir: str, vocab_size: int = 300) -> str:
-    from fl_lightning.data.pydoc_topics import train_tokenizer
+    from fl_lightning.data.pretrain import train_tokenizer
 
     if not os.path.isdir(out_dir):
         train_tokenizer(pydoc_paragraphs()[:400], out_dir, vocab_size)
