@@ -211,7 +211,7 @@ class FederatedLoop:
             id=cid, round=r, module=self.module, params=self.params, local=self.local, global_params=self.global_params,
             state=self.store.checkout(cid), num_samples=self.data.num_samples(cid),
             num_steps=self.data.steps_per_round(cid, c.local_steps, c.local_epochs), lr_factor=lr_f,
-            received=received, loop=self,
+            received=received, services=self,
             extra_gradient=lambda: self._gradient(self.data.extra_batch(cid, r, self.device)),
         )
         self.strategy.client_start(client)
@@ -293,7 +293,7 @@ class FederatedLoop:
             client = ClientContext(
                 id=cid, round=r, module=self.module, params=self.params, local=self.local,
                 global_params=self.global_params, state=self.store.checkout(cid), num_samples=self.data.num_samples(cid),
-                num_steps=0, lr_factor=lr_f, received=received, loop=self)
+                num_steps=0, lr_factor=lr_f, received=received, services=self)
             self.strategy.client_idle(client)
             self.store.checkin(cid, client.state)
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from typing import Any, Iterable
+from types import SimpleNamespace
+from typing import Any, Iterable, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -55,9 +56,20 @@ class ServerContext:
     local_steps: int | None = None        # K (None when training by epochs)
 
 
+class ClientServices(Protocol):
+    """What the loop computes for a part on request (``FederatedLoop`` provides it): extra gradients and
+    Hessian-vector products on the client's module, and generators seeded by (seed, purpose, client, round)."""
+
+    def gradient_at(self, weights: dict[str, Tensor] | None, batch: dict, loss_fn=None) -> dict[str, Tensor]: ...
+    def hvp(self, vector: dict[str, Tensor], batch: dict, loss_fn=None) -> dict[str, Tensor]: ...
+    def client_rng(self, purpose: str, client: int, round_idx: int) -> torch.Generator: ...
+
+
 @dataclass
 class ClientContext:
-    """One client's round. ``state`` is its private persistent state (device tensors while it trains)."""
+    """One client's round: everything a part may use while the client trains. ``state`` is its private persistent
+    state (device tensors while it trains); :meth:`slot` a part's own scratch space for the round; ``services``
+    the loop's computations on request. A part's per-client work depends on these and its own state only."""
 
     id: int
     round: int
@@ -72,29 +84,40 @@ class ClientContext:
     received: dict[str, Tensor] = field(default_factory=dict)
     optimizer: torch.optim.Optimizer | None = None
     step: int = 0                         # local steps done so far
-    scratch: dict[str, Any] = field(default_factory=dict)  # per-round, not persisted
     extra_gradient: Any = None            # callable() -> {name: grad} at the module's current weights on a fresh
                                           # minibatch of this client (its own (seed, client, round) stream)
     batch: dict | None = None             # the current minibatch (cast, on the device) during the step hooks
     loss: Tensor | None = None            # its loss (detached after backward)
-    loop: Any = None                      # the loop's per-step services (see gradient_at, hvp, rng)
+    services: ClientServices | None = None  # None: a part driven without a loop (unit tests)
+    model_update: dict[str, Tensor] | None = None  # what the aggregation part uploaded for the model, per name
+                                                   # (its reconstruction; read by MagnitudeUniformity)
+    _slots: dict[str, SimpleNamespace] = field(default_factory=dict, repr=False)
+
+    def slot(self, part: "Part") -> SimpleNamespace:
+        """``part``'s scratch space for this client's round (attributes it sets in one hook and reads in a later
+        one); it goes with the round."""
+        return self._slots.setdefault(part.name, SimpleNamespace())
 
     def gradient_at(self, weights: dict[str, Tensor] | None = None, batch: dict | None = None,
                     loss_fn=None) -> dict[str, Tensor]:
         """The gradient of ``loss_fn(module, batch)`` (default: ``module.training_step``) at ``weights`` (a
         ``{name: tensor}`` subset of the trainable params; default: the current ones) on ``batch`` (default: the
         current minibatch). The module's weights and ``p.grad`` are left exactly as they were."""
-        return self.loop.gradient_at(weights, self.batch if batch is None else batch, loss_fn)
+        return self.services.gradient_at(weights, self.batch if batch is None else batch, loss_fn)
 
     def hvp(self, vector: dict[str, Tensor], batch: dict | None = None, loss_fn=None) -> dict[str, Tensor]:
         """Hessian-vector product ``∇²f · v`` at the current weights on ``batch`` (default: the current minibatch), by
         double backward (Pearlmutter 1994); ``vector`` maps trainable-param names to tensors. ``p.grad`` is untouched."""
-        return self.loop.hvp(vector, self.batch if batch is None else batch, loss_fn)
+        return self.services.hvp(vector, self.batch if batch is None else batch, loss_fn)
 
     def rng(self, purpose: str) -> torch.Generator:
         """A generator on the device seeded by (seed, purpose, client, round): the same on resume, on any process
         count, whoever else was sampled (Hutchinson probes, sampled labels, stochastic rounding)."""
-        return self.loop.client_rng(purpose, self.id, self.round)
+        return self.services.client_rng(purpose, self.id, self.round)
+
+    def codec_rng(self) -> torch.Generator | None:
+        """The generator randomized codecs draw from (``rng("codec")``), or None without a loop."""
+        return self.rng("codec") if self.services is not None else None
 
 
 class Aggregate:

@@ -240,10 +240,10 @@ class AlignmentSpy(Part):
         self.server = server
 
     def client_start(self, client):
-        client.scratch["spy"] = {"after_opt": None, "total": {n: torch.zeros_like(p) for n, p in client.params.items()}}
+        client.slot(self).spy = {"after_opt": None, "total": {n: torch.zeros_like(p) for n, p in client.params.items()}}
 
     def _close(self, client):
-        s = client.scratch["spy"]
+        s = client.slot(self).spy
         if s["after_opt"] is not None:
             for n, p in client.params.items():
                 s["total"][n] += p.detach() - s["after_opt"][n]
@@ -253,11 +253,11 @@ class AlignmentSpy(Part):
         self._close(client)
 
     def after_step(self, client):
-        client.scratch["spy"]["after_opt"] = {n: p.detach().clone() for n, p in client.params.items()}
+        client.slot(self).spy["after_opt"] = {n: p.detach().clone() for n, p in client.params.items()}
 
     def client_end(self, client):
         self._close(client)
-        self.totals.append((client.round, client.scratch.pop("spy")["total"]))
+        self.totals.append((client.round, client.slot(self).spy["total"]))
         return {}
 
 

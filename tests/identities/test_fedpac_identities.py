@@ -155,10 +155,10 @@ class DirectionSpy(Part):
         return {}
 
     def after_backward(self, client):
-        client.scratch["dspy"] = {n: p.detach().clone() for n, p in client.params.items()}
+        client.slot(self).dspy = {n: p.detach().clone() for n, p in client.params.items()}
 
     def after_step(self, client):
-        before = client.scratch.pop("dspy")
+        before = client.slot(self).dspy
         acc = self.opt_sum.setdefault(client.round, {n: torch.zeros_like(t, dtype=torch.float64) for n, t in before.items()})
         for n, p in client.params.items():
             acc[n] += (p.detach() - before[n]).double()

@@ -21,7 +21,7 @@ class UploadSpy(Part):
         self.rounds: dict[int, list[dict]] = {}
 
     def client_end(self, client):
-        self.rounds.setdefault(client.round, []).append({k: v.clone() for k, v in client.scratch["model_update"].items()})
+        self.rounds.setdefault(client.round, []).append({k: v.clone() for k, v in client.model_update.items()})
         return {}
 
 

@@ -76,10 +76,15 @@ def test_empirical_and_gnb_estimators_equal_direct_computations():
 
     class Client:  # the ClientContext services the part uses, computed directly
         round, num_steps, step, id = 0, 1, 0, 0
-        scratch = {}
 
         def __init__(self):
             self.params, self.batch, self.module = params, batch, module
+            self.slots = {}
+
+        def slot(self, part):
+            from types import SimpleNamespace
+
+            return self.slots.setdefault(part.name, SimpleNamespace())
 
         def rng(self, purpose):
             return torch.Generator().manual_seed(123)

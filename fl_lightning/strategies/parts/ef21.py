@@ -40,7 +40,7 @@ class EF21Aggregation(Part):
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         out = {}
-        rng = client.rng("codec") if client.loop is not None else None
+        rng = client.codec_rng()
         for n, x in client.global_params.items():
             delta = x - client.local[n].detach()
             if n not in self.g:

@@ -115,21 +115,21 @@ class GlobalAlignment(Part):
                 if not self.scale_wd and g.get("weight_decay"):
                     g["weight_decay"] = g["weight_decay"] / (1.0 - self.alpha)  # (η(1−α))·(λ/(1−α)) = ηλ
         step = self.lr * client.lr_factor * self.alpha  # η_r·α
-        client.scratch[self.name] = {n: client.received[self.key(f"DG/{n}")] for n in self.names} if step else {}
-        client.scratch[self.name + "/step"] = step
+        slot = client.slot(self)
+        slot.deltas = {n: client.received[self.key(f"DG/{n}")] for n in self.names} if step else {}
+        slot.step = step
 
     @torch.no_grad()
     def after_step(self, client: ClientContext) -> None:
-        step = client.scratch[self.name + "/step"]
+        slot = client.slot(self)
+        step = slot.step
         if not step:
             return
-        deltas = client.scratch[self.name]
+        deltas = slot.deltas
         params = [client.params[n] for n in deltas]
         torch._foreach_add_(params, [dg.to(p.dtype) for p, dg in zip(params, deltas.values())], alpha=-step)  # p ← p - η_r α Δ_G
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        client.scratch.pop(self.name, None)
-        client.scratch.pop(self.name + "/step", None)
         if self.server_local_steps_known():
             return {}
         return {self.key("K"): Msg(torch.tensor(float(client.step), dtype=torch.float64, device=client.params[self.names[0]].device))}

@@ -118,11 +118,11 @@ class LMOControlVariates(ServerControlVariate):
             c = client.received[self.key(f"C/{n}")]
             corr[client.params[n]] = c.to(old[n].dtype) - old[n]
         adapter.set_correction(corr)
-        client.scratch[self.name] = old
+        client.slot(self).old = old
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         adapter = adapter_for(client.optimizer)
-        old = client.scratch.pop(self.name)
+        old = client.slot(self).old
         out: dict[str, Msg] = {}
         for n in self.names:
             m = adapter.export_state(client.params[n])["momentum_buffer"].detach()

@@ -5,7 +5,7 @@
 
 over the n **participating** clients (spec §5: with all clients, FedAvg's reported values would be impossible) and
 the coordinates j of a block of d_sub entries; ĝ_ij is the magnitude of what client i uploaded in coordinate j: the
-reconstruction the aggregation part left in ``client.scratch["model_update"]`` (FedAvg: |x_i − x|; FedSMU: |u_i|,
+reconstruction the aggregation part left in ``client.model_update`` (FedAvg: |x_i − x|; FedSMU: |u_i|,
 so every summand is 1 and Φ = d_sub exactly), else the model delta. Each summand is Jain's fairness index of the
 clients' magnitudes, in [1/n, 1]; coordinates where every ĝ is 0 are skipped (0/0).
 
@@ -58,7 +58,7 @@ class MagnitudeUniformity(Part):
         self.param = name
 
     def _magnitudes(self, client: ClientContext) -> torch.Tensor:
-        upd = client.scratch.get("model_update")
+        upd = client.model_update
         if upd is None:
             upd = {n: client.local[n].detach() - x for n, x in client.global_params.items()}
         if self.mode == "all":

@@ -16,7 +16,7 @@ the client itself for codecs with ``uses_client``: ``SignSteps`` reads K and the
 server aggregates what the codec rebuilds and the wire carries its exact bits. ``null`` = dense. Float buffers
 (norm statistics) always travel dense. FedSMU (spec 002 Alg. 1) is ``codec: LionMomentum(Sign())`` with uniform
 weights and server SGD (lr gamma1, weight_decay gamma2); FedEF-Sign is ``codec: ErrorFeedback(ScaledSign())``.
-What was uploaded (the reconstruction, per parameter name) is left in ``client.scratch["model_update"]`` for
+What was uploaded (the reconstruction, per parameter name) is left in ``client.model_update`` for
 diagnostics in later parts (``MagnitudeUniformity``).
 
 ``server_opt``: a factory ``{name: tensor} -> ServerOptimizer`` (:mod:`fl_lightning.server_opt`, conf/server_opt/).
@@ -73,7 +73,7 @@ class ModelAverage(Part):
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         w = float(client.num_samples) if (self.weighting == "num_samples" and self.rule != "n_minus_s") else 1.0
         out, sent = {}, {}
-        rng = client.rng("codec") if self.codec is not None and client.loop is not None else None
+        rng = client.codec_rng() if self.codec is not None else None
         extra = {"client": client} if getattr(self.codec, "uses_client", False) else {}
         for n, x in client.global_params.items():
             delta = client.local[n].detach() - x
@@ -83,7 +83,7 @@ class ModelAverage(Part):
             else:
                 out[self.key(n)] = Msg(delta, w)
             sent[n] = out[self.key(n)].tensor
-        client.scratch["model_update"] = sent
+        client.model_update = sent
         return out
 
     def _step(self, agg: Aggregate, n: str):

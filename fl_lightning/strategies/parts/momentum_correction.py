@@ -123,11 +123,11 @@ class MomentumCorrection(Part):
             s["acc"] = [torch.zeros_like(client.params[n]) for n in names]
         if self.vr:
             s["x_prev"] = {n: client.received[self.key(f"x_prev/{n}")] for n in names}
-        client.scratch[self.name] = s
+        client.slot(self).state = s
 
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
-        s = client.scratch[self.name]
+        s = client.slot(self).state
         params = [client.params[n] for n in self.names]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         if self.control:
@@ -147,7 +147,7 @@ class MomentumCorrection(Part):
             p.grad = t
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        s = client.scratch.pop(self.name)
+        s = client.slot(self).state
         out: dict[str, Msg] = {}
         if self.control:
             K = max(1, client.step)

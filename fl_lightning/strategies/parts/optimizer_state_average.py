@@ -116,7 +116,7 @@ class OptimizerStateAverage(Part):
     def client_start(self, client: ClientContext) -> None:
         adapter = adapter_for(client.optimizer)
         names = self._selected(client, adapter)
-        client.scratch[self.name] = names
+        client.slot(self).names = names
         m0 = {k: client.state.pop(k) for k in [k for k in client.state if k.startswith(self.key("M0/"))]}
         got = False
         for n in names:
@@ -139,8 +139,8 @@ class OptimizerStateAverage(Part):
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         adapter = adapter_for(client.optimizer)
         out: dict[str, Msg] = {}
-        rng = client.rng("codec") if client.loop is not None else None
-        for n in client.scratch.pop(self.name):
+        rng = client.codec_rng()
+        for n in client.slot(self).names:
             p = client.params[n]
             exported = adapter.export_state(p)
             for sk in self._keys(adapter, p):

@@ -26,13 +26,14 @@ class ProximalTerm(Part):
 
     def client_start(self, client: ClientContext) -> None:
         names = [n for n, p in client.params.items() if p.requires_grad]
-        client.scratch[self.name] = (names, [client.global_params[n] for n in names])
+        slot = client.slot(self)
+        slot.names, slot.anchors = names, [client.global_params[n] for n in names]
 
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
         if not self.mu:
             return
-        names, anchors = client.scratch[self.name]
+        names, anchors = client.slot(self).names, client.slot(self).anchors
         pairs = [(client.params[n], a) for n, a in zip(names, anchors) if client.params[n].grad is not None]
         if not pairs:
             return
@@ -40,6 +41,3 @@ class ProximalTerm(Part):
         diff = torch._foreach_sub([p.detach() for p in params], [a.to(p.dtype) for p, a in pairs])
         torch._foreach_add_([p.grad for p in params], diff, alpha=self.mu)  # g += μ (w − x^r)
 
-    def client_end(self, client: ClientContext):
-        client.scratch.pop(self.name, None)
-        return {}

@@ -70,10 +70,10 @@ class ScaffoldCorrection(ServerControlVariate):
         if self.control == "option1":  # the module holds x^r now: the fresh gradient is at the server model
             g = client.extra_gradient()
             acc = {n: g[n].detach().clone() for n in self.c}
-        client.scratch[self.name] = {"c_i": ci, "corr": corr, "acc": acc}
+        client.slot(self).state = {"c_i": ci, "corr": corr, "acc": acc}
 
     def after_backward(self, client: ClientContext) -> None:
-        s = client.scratch[self.name]
+        s = client.slot(self).state
         names = [n for n in s["corr"] if client.params[n].grad is not None]
         if not names:
             return
@@ -93,7 +93,7 @@ class ScaffoldCorrection(ServerControlVariate):
         return out
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        s = client.scratch.pop(self.name)
+        s = client.slot(self).state
         K = max(1, client.step)
         lrs = self._lrs(client) if self.control == "option2" else {}
         out: dict[str, Msg] = {}

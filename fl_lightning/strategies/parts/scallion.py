@@ -55,18 +55,19 @@ class Scallion(Part):
 
     def client_start(self, client: ClientContext) -> None:
         ci = {n: client.state.get(self.key(f"{n}/ci"), torch.zeros_like(c)) for n, c in self.c.items()}
-        client.scratch[self.name] = ci
-        client.scratch[self.name + "/corr"] = {n: client.received[self.key(f"c/{n}")] - ci[n] for n in self.c}
+        slot = client.slot(self)
+        slot.ci = ci
+        slot.corr = {n: client.received[self.key(f"c/{n}")] - ci[n] for n in self.c}
 
     def after_backward(self, client: ClientContext) -> None:
-        corr = client.scratch[self.name + "/corr"]
+        corr = client.slot(self).corr
         names = [n for n, p in client.params.items() if n in corr and p.grad is not None]
         torch._foreach_add_([client.params[n].grad for n in names], [corr[n] for n in names])
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         k_eta = max(1, client.step) * self.lr * client.lr_factor
-        ci = client.scratch[self.name]
-        rng = client.rng("codec") if client.loop is not None else None
+        ci = client.slot(self).ci
+        rng = client.codec_rng()
         dev = next(iter(client.global_params.values())).device
         out = {self.key("k_eta"): Msg(torch.tensor(k_eta, dtype=torch.float64, device=dev), nbits=0)}
         for n, x in client.global_params.items():

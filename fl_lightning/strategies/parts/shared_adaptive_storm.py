@@ -85,14 +85,14 @@ class SharedAdaptiveStorm(Part):
         H = torch._foreach_add(torch._foreach_sqrt(v), self.rho)
         t0 = client.round * client.num_steps
         s = {"m": m, "v": v, "H": H, "t0": t0, "prev": {n: p.detach().clone() for n, p in zip(self.names, params)}}
-        client.scratch[self.name] = s
+        client.slot(self).state = s
         lrs = {id(p): g["lr"] for g in client.optimizer.param_groups for p in g["params"]}
         for p, mi, h in zip(params, m, H):  # the round's first step: x̄ − γ η_t m̄ / H
             p.addcdiv_(mi, h, value=-lrs[id(p)] * self.eta(t0))
 
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
-        s = client.scratch[self.name]
+        s = client.slot(self).state
         params = [client.params[n] for n in self.names]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         with torch.enable_grad():
@@ -113,7 +113,7 @@ class SharedAdaptiveStorm(Part):
             p.grad = d
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        s = client.scratch.pop(self.name)
+        s = client.slot(self).state
         out = {self.key(f"m/{n}"): Msg(t) for n, t in zip(self.names, s["m"])}
         out.update({self.key(f"v/{n}"): Msg(t) for n, t in zip(self.names, s["v"])})
         return out

@@ -54,26 +54,28 @@ class SophiaHessian(Part):
         if self.estimator == "gnb" and not hasattr(client.module, "sampled_label_loss"):
             raise self.error("estimator", f"estimator=gnb needs a model with sampled_label_loss "
                              f"({type(client.module).__name__} has none)", "use estimator=hutchinson")
+        slot = client.slot(self)
         if self.counter == "global":
-            client.scratch[self.name + "/t0"] = client.round * client.num_steps
+            slot.t0 = client.round * client.num_steps
         elif self.counter == "client":  # the steps this client took in its earlier rounds
             done = client.state.get(self.key("steps"))
-            client.scratch[self.name + "/t0"] = 0 if done is None else int(done)
+            slot.t0 = 0 if done is None else int(done)
         else:
-            client.scratch[self.name + "/t0"] = 0
+            slot.t0 = 0
+        slot.rng = None
 
     def client_end(self, client: ClientContext) -> dict:
         if self.counter == "client":
-            t = client.scratch[self.name + "/t0"] + client.step
+            t = client.slot(self).t0 + client.step
             dev = next(iter(client.global_params.values())).device
             client.state[self.key("steps")] = torch.tensor(t, dtype=torch.int64, device=dev)
         return {}
 
     def _generator(self, client: ClientContext) -> torch.Generator:
-        key = self.name + "/rng"
-        if key not in client.scratch:  # one stream per (client, round), drawn from step to step
-            client.scratch[key] = client.rng(self.estimator)
-        return client.scratch[key]
+        slot = client.slot(self)
+        if getattr(slot, "rng", None) is None:  # one stream per (client, round), drawn from step to step
+            slot.rng = client.rng(self.estimator)
+        return slot.rng
 
     def estimate(self, client: ClientContext) -> dict[str, torch.Tensor]:
         """ĥ per trainable parameter name, on the current minibatch at the current weights."""
@@ -95,7 +97,7 @@ class SophiaHessian(Part):
         return est
 
     def after_backward(self, client: ClientContext) -> None:
-        t = client.scratch[self.name + "/t0"] + client.step + 1  # the step being taken (k = client.step + 1 = 1..K)
+        t = client.slot(self).t0 + client.step + 1  # the step being taken (k = client.step + 1 = 1..K)
         if t % self.every:
             return
         est = self.estimate(client)

@@ -60,12 +60,13 @@ class MuonStepOrder(Part):
     def after_backward(self, client: ClientContext) -> None:
         if self.order == "alg1" and client.step == client.num_steps - 1:
             groups = self._muon_groups(client)
-            client.scratch[self.name] = [g["lr"] for g in groups]
+            client.slot(self).lrs = [g["lr"] for g in groups]
             for g in groups:
                 g["lr"] = 0.0  # absorb the gradient at X_tau into M (line 5) without another step
 
     def after_step(self, client: ClientContext) -> None:
-        lrs = client.scratch.pop(self.name, None)
+        slot = client.slot(self)
+        lrs, slot.lrs = getattr(slot, "lrs", None), None
         if lrs is not None:
             for g, lr in zip(self._muon_groups(client), lrs):
                 g["lr"] = lr
