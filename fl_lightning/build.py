@@ -195,9 +195,9 @@ def check_model_memory(cfg: DictConfig, info, device: torch.device, copies: int 
 def _check_launcher(fabric) -> None:
     """train.py runs as a script in every process (Fabric re-runs it per rank); launchers that start processes from a
     function (``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``) are refused in one line instead of Fabric's TypeError."""
-    from lightning.fabric.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+    from ._compat import starts_processes_from_a_function
 
-    if isinstance(fabric.strategy.launcher, _MultiProcessingLauncher):
+    if starts_processes_from_a_function(fabric.strategy.launcher):
         raise ConfigError("trainer.strategy", "train.py starts one process per device by re-running itself; "
                           f"{type(fabric.strategy).__name__} with {fabric.strategy.launcher._start_method} start-up "
                           "starts them from a function", "use trainer.strategy=ddp")

@@ -35,14 +35,15 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
+from ._compat import storage_use_count
+
 ALIGN = 64  # byte alignment of each value in a client's buffer (a multiple of every dtype's size)
 SPARES = 4  # buffers kept for reuse: a fresh one above glibc's mmap threshold (32 MB) is page-faulted in on first use
-_use_count = getattr(torch._C, "_storage_Use_Count", None)
 
 
 def _unshared(buf: Tensor) -> bool:
     """No tensor but ``buf`` uses its memory (no view of it is alive): the count is ``buf``'s and the probe's."""
-    return _use_count is not None and _use_count(buf.untyped_storage()._cdata) == 2
+    return storage_use_count(buf) == 2
 
 
 class _Flat(NamedTuple):

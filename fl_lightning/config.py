@@ -35,7 +35,7 @@ def _interpolation_target(root: DictConfig, key: str) -> str | None:
         parent = OmegaConf.select(root, parent_key, throw_on_missing=False) if parent_key else root
         if parent is None or not OmegaConf.is_config(parent) or not OmegaConf.is_interpolation(parent, leaf):
             return None
-        text = str(parent._get_node(leaf)._value())
+        text = str(OmegaConf.to_container(parent, resolve=False)[leaf])
     except Exception:  # not a plain node (a list index, a missing key): no source to name
         return None
     m = re.fullmatch(r"\$\{(?:oc\.select:)?([\w.]+)(?:,.*)?\}", text.strip())

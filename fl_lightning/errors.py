@@ -13,10 +13,6 @@ class ConfigError(FLError):
         super().__init__(f"config error: {key}: {problem}; fix: {fix}")
 
 
-class DataError(FLError):
-    """Missing or malformed data: names the file/dir and where to put it."""
-
-
 class NonFiniteLossError(FLError):
     """The training loss became NaN or inf; the run stops and keeps its last good checkpoint."""
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fl_lightning.data.info import DataInfo  # noqa: E402
 from fl_lightning.models import ClassifierModule  # noqa: E402
 from fl_lightning.models.cnn import small_cnn  # noqa: E402
-from fl_lightning.models.resnet_gn import resnet18_gn  # noqa: E402
+from fl_lightning.models.resnet import resnet18_gn  # noqa: E402
 from fl_lightning.optim import SOAP, Sophia  # noqa: E402
 
 

@@ -73,7 +73,6 @@ class ResNet18(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
-ResNet18GN = ResNet18  # the name before the norm/stem options
 
 
 def resnet18(info: DataInfo, norm: str = "gn", stem: str = "cifar", groups: int = 2, width: int = 64) -> ResNet18:

@@ -106,7 +106,7 @@ def add_lora(swin: nn.Module, r: int, alpha: float, dropout: float, targets) -> 
     try:
         from peft import LoraConfig, inject_adapter_in_model
     except ImportError:
-        raise ConfigError("lora", "needs the peft package", "python3 -m pip install peft (or the [vision] extra)") from None
+        raise ConfigError("lora", "needs the peft package", "python3 -m pip install peft") from None
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, bias="none", target_modules=list(targets))
     try:
         inject_adapter_in_model(cfg, swin)

@@ -16,7 +16,7 @@ from tests.helpers.harness import (FakeData, LossModule, MLP, build, make_loop, 
                              regression_batches, run)
 from fl_lightning import seeding
 from fl_lightning.strategies.base import Part
-from fl_lightning.strategies.parts import LMOControlVariates, MomentumAverage
+from fl_lightning.strategies.parts import LMOControlVariates, OptimizerStateAverage
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -313,7 +313,7 @@ def test_fedmuon_avg_one_client_is_centralized_muon_standard_order(tmp_path, ini
             opt.step()
     for n, p in net.named_parameters():
         torch.testing.assert_close(loop.global_params[f"net.{n}"], p.detach(), rtol=1e-5, atol=1e-6)
-    mom = strategy.part(MomentumAverage)
+    mom = strategy.part(OptimizerStateAverage)
     for n, p in net.named_parameters():
         for sk, v in opt.state[p].items():
             got = mom.Mbar[f"{mom.name}/M/net.{n}/{sk}"]
@@ -357,7 +357,7 @@ def test_fedmuon_avg_one_client_is_centralized_alg1(tmp_path, init):
             adamw.step()
     for n, p in net.named_parameters():
         torch.testing.assert_close(loop.global_params[f"net.{n}"], p.detach(), rtol=1e-5, atol=1e-6)
-    mom = loop.strategy.part(MomentumAverage)
+    mom = loop.strategy.part(OptimizerStateAverage)
     for n, p in net.named_parameters():
         if p.ndim >= 2:
             torch.testing.assert_close(mom.Mbar[f"{mom.name}/M/net.{n}/momentum_buffer"], M[p], rtol=1e-5, atol=1e-6)

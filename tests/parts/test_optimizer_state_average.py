@@ -1,4 +1,4 @@
-"""OptimizerStateAverage (seeds 003/004; alias MomentumAverage): clients start every round from the server's mean of
+"""OptimizerStateAverage (seeds 003/004): clients start every round from the server's mean of
 last round's optimizer state: Muon momenta, or any entry a state adapter exports (Adam's m, v and step)."""
 from __future__ import annotations
 
@@ -70,12 +70,6 @@ def test_params_muon_with_a_non_muon_optimizer_is_one_line(tmp_path):
     with pytest.raises(ConfigError, match="method.parts.momentum.params.*SGD updates no parameter as a Muon"):
         run(strategy, LossModule(MLP(), mse), FakeData(regression_batches(2), 2), tmp_path,
             num_clients=2, per_round=1, rounds=1, local_steps=1)
-
-
-def test_old_name_is_the_same_class():
-    from fl_lightning.strategies.parts import MomentumAverage, OptimizerStateAverage
-
-    assert MomentumAverage is OptimizerStateAverage
 
 
 def test_theta_moves_soap_factors_and_recomputes_eigenbases(tmp_path):

@@ -37,12 +37,12 @@ NAMED_AS = {"data.partition._target_": "data.partition"}  # "no partitioner": th
 
 
 def _leaves(node, prefix=""):
-    if OmegaConf.is_dict(node):
-        return [k for key in node.keys() for k in _leaves(node._get_node(key), f"{prefix}{key}.")]
+    if isinstance(node, dict):
+        return [k for key, v in node.items() for k in _leaves(v, f"{prefix}{key}.")]
     return [prefix[:-1]]
 
 
-KEYS = [k for k in _leaves(make_cfg(BASE)) if k not in ("run_dir", "server_opt")]  # Hydra's output folder; a group
+KEYS = [k for k in _leaves(OmegaConf.to_container(make_cfg(BASE), resolve=False)) if k not in ("run_dir", "server_opt")]  # Hydra's output folder; a group
                                                                                  # fedavg does not use
 
 

@@ -1,16 +1,16 @@
 """Composable strategy parts (one file each)."""
-from .local_optimizer import LocalOptimizer, flatten_optimizer_state, load_flat_optimizer_state
+from .local_optimizer import LocalOptimizer
 from .model_average import ModelAverage
 
-__all__ = ["LocalOptimizer", "ModelAverage", "flatten_optimizer_state", "load_flat_optimizer_state"]
+__all__ = ["LocalOptimizer", "ModelAverage"]
 # Muon-family parts (seeds 000 / 003 / 004) and SCAFFOLD
 from .global_alignment import GlobalAlignment
 from .lmo_control_variates import LMOControlVariates
-from .optimizer_state_average import MomentumAverage, OptimizerStateAverage
+from .optimizer_state_average import OptimizerStateAverage
 from .scaffold import ScaffoldCorrection
 from .step_order import MuonStepOrder
 
-__all__ += ["GlobalAlignment", "LMOControlVariates", "MomentumAverage", "OptimizerStateAverage", "ScaffoldCorrection", "MuonStepOrder"]
+__all__ += ["GlobalAlignment", "LMOControlVariates", "OptimizerStateAverage", "ScaffoldCorrection", "MuonStepOrder"]
 # second-order local optimizers (seed 001)
 from .preconditioned_mixing import PreconditionedMixing
 from .preconditioner_drift import PreconditionerDrift

@@ -22,10 +22,6 @@ from ...errors import ConfigError
 from ...optim.state import export_optimizer_state, import_optimizer_state
 from ..base import ClientContext, Part
 
-# kept under their old names for existing imports
-flatten_optimizer_state = export_optimizer_state
-load_flat_optimizer_state = import_optimizer_state
-
 
 class LocalOptimizer(Part):
     provides_optimizer = True  # the Strategy's required slot: built before any other part's client_start

@@ -1,7 +1,6 @@
 """OptimizerStateAverage: clients upload optimizer state, the server averages it, every client starts the next
 round from the average. Seed 003 FedMuon's momentum averaging, seed 004 FedMuon's momentum aggregation m̄; the same
 part carries Sophia's h, SOAP's L and R or Adam's v (any entry the optimizer's state adapter exports).
-``MomentumAverage`` is the same class under its old name (existing configs keep working).
 
 Seed 003 (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning"), Alg. 1 line 7: every τ local steps
 X̄ = mean_k X^{(k)} and **M̄ = mean_k M^{(k)}**, both broadcast, and every worker restarts from them (spec 003
@@ -151,5 +150,3 @@ class OptimizerStateAverage(Part):
                 out[key] = Msg(v, 1.0) if v.ndim == 0 else self.codec.encode(key, v, client.state, rng=rng)
         return out
 
-
-MomentumAverage = OptimizerStateAverage  # the old name, for existing configs and imports

@@ -1,0 +1,24 @@
+"""The private APIs of torch and Lightning this package relies on, each in one place (tests/unit/test_compat.py
+fails loudly, naming the installed versions, when one of them moves). Written for torch 2.14 and lightning 2.6."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+_USE_COUNT = getattr(torch._C, "_storage_Use_Count", None)  # no public way to ask whether a storage is shared
+
+
+def storage_use_count(t: Tensor) -> int | None:
+    """How many references hold ``t``'s storage (views and tensors sharing it, plus this probe's), or None when this
+    torch does not say (callers then assume it is shared)."""
+    return None if _USE_COUNT is None else int(_USE_COUNT(t.untyped_storage()._cdata))
+
+
+# Lightning's launcher that starts processes from a function (ddp_spawn, ddp_fork, ddp_notebook); matched by name so
+# that importing it (a private module) is not needed
+FUNCTION_LAUNCHER = "_MultiProcessingLauncher"
+
+
+def starts_processes_from_a_function(launcher) -> bool:
+    """Does Fabric's ``launcher`` start its processes from a function (not by re-running the script)?"""
+    return launcher is not None and any(c.__name__ == FUNCTION_LAUNCHER for c in type(launcher).__mro__)

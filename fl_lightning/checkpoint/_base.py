@@ -1,0 +1,36 @@
+"""The checkpointer's shared state: where it writes, its rank, the in-memory client index."""
+from __future__ import annotations
+
+import re
+import threading
+from typing import Callable
+
+class _CheckpointerBase:
+    """Where and for whom checkpoints are written (see :class:`fl_lightning.checkpoint.Checkpointer`)."""
+
+    def __init__(self, root: str, *, config_hash: str = "", keep_last: int = 2, rank: int = 0, world_size: int = 1,
+                 barrier: Callable[[], None] | None = None, per_rank: tuple[str, ...] = ("clients",),
+                 background_bytes: int = 0, compact: float = 0.0):
+        self.background_bytes, self.compact = int(background_bytes), float(compact)
+        self._thread: threading.Thread | None = None  # the checkpoint being written behind
+        self._error: BaseException | None = None  # its failure, re-raised by wait()
+        self.root, self.config_hash, self.keep_last = root, config_hash, int(keep_last)
+        self.rank, self.world_size, self.per_rank = rank, world_size, tuple(per_rank)
+        self.barrier = barrier or (lambda: None)
+        self.last: str | None = None  # the newest checkpoint written or loaded
+        # per per-rank object: the checkpoint holding each client's saved state, the SHA-256 of those checkpoints'
+        # client files and how many clients each file holds
+        self._index: dict[str, tuple[dict[int, str], dict[str, str], dict[str, int]]] = {}
+
+    def _stem(self, name: str, rank: int | None = None) -> str:
+        return f"{name}.rank{self.rank if rank is None else rank}" if name in self.per_rank else name
+
+    def _sync(self) -> None:
+        if self.world_size > 1:
+            self.barrier()
+
+    def _rank_file(self, f: str, ext: str) -> bool:
+        """Whether ``f`` is a per-rank object's client file (``.safetensors``) or index (``.json``)."""
+        stem, _, rest = f.partition(".rank")
+        return stem in self.per_rank and re.fullmatch(r"\d+" + re.escape(ext), rest) is not None
+
