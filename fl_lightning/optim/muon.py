@@ -45,75 +45,19 @@ p.grad is never modified. Corrections are not part of ``state_dict()`` (they bel
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable, Mapping
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .adapters import StateAdapter
-from .newton_schulz import matrix_shape, orthogonalize, resolve_coeffs
+from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
+from .muon_math import (STYLE_ALIASES, adamw_update, decoupled_step, momentum_coeffs, momentum_update, muon_update,
+                          orthogonalize_batched, update_scale)
+from .newton_schulz import matrix_shape
 
 __all__ = ["Muon", "MuonAdapter", "split_muon_params", "muon_param_names", "momentum_coeffs", "momentum_update",
            "muon_update", "update_scale"]
-
-MOMENTUM_STYLES = ("ema", "ema_beta", "heavy_ball")
-_STYLE_ALIASES = {"lerp": "ema_beta", "torch": "ema_beta", "ema_alpha": "ema", "sum": "heavy_ball"}
-SCALE_MODES = ("spectral", "moonlight", "none")
-LMOS = ("spectral", "neg_identity")
-AUX = ("sgd", "adamw")
-EXCLUDABLE = ("embedding", "first", "classifier")
-
-
-def momentum_coeffs(style: str, momentum: float) -> tuple[float, float]:
-    """(decay, gain) with M ← decay·M + gain·g for a momentum style (see module docstring)."""
-    style = _STYLE_ALIASES.get(style, style)
-    if style == "ema":
-        return 1.0 - momentum, momentum
-    if style == "ema_beta":
-        return momentum, 1.0 - momentum
-    if style == "heavy_ball":
-        return momentum, 1.0
-    raise ValueError(f"momentum_style must be one of {MOMENTUM_STYLES}, got {style!r}")
-
-
-def update_scale(mode: str, rows: int, cols: int) -> float:
-    """Per-matrix multiplier on the orthogonalized update (seed 000 §3.4 / A1)."""
-    if mode == "spectral":
-        return math.sqrt(max(1.0, rows / cols))
-    if mode == "moonlight":
-        return 0.2 * math.sqrt(max(rows, cols))
-    if mode == "none":
-        return 1.0
-    raise ValueError(f"scale_mode must be one of {SCALE_MODES}, got {mode!r}")
-
-
-def momentum_update(grad: Tensor, buf: Tensor, style: str, momentum: float, nesterov: bool) -> Tensor:
-    """The momentum line, in place on ``buf``, and the direction: M ← decay·M + gain·g (``momentum_coeffs``), then
-    D = gain·g + decay·M with Nesterov, else D = M. Heavy-ball is torch.optim.SGD's arithmetic, the EMA styles
-    torch.optim.Muon's (``buf.lerp_``), bit for bit. ``grad`` is not modified."""
-    style = _STYLE_ALIASES.get(style, style)
-    decay, gain = momentum_coeffs(style, momentum)
-    if style == "heavy_ball":
-        buf.mul_(decay).add_(grad)
-        return grad.add(buf, alpha=decay) if nesterov else buf
-    buf.lerp_(grad, gain)
-    return grad.lerp(buf, decay) if nesterov else buf
-
-
-def muon_update(grad: Tensor, momentum: Tensor, beta: float = 0.95, *, style: str = "ema_beta",
-                nesterov: bool = True, correction: Tensor | None = None, ns_steps: int = 5,
-                ns_coeffs: str | tuple = "muon", ns_method: str = "ns", ns_eps: float = 1e-7,
-                ns_dtype: torch.dtype | str | None = None, scale_mode: str = "spectral") -> Tensor:
-    """The Muon update of one matrix, as a pure function (Keller Jordan's ``muon_update``): updates ``momentum`` in
-    place and returns s·orthogonalize(D + correction), to be applied as X ← X − lr·update. ``Muon.step`` is this
-    line by line (it folds s into the learning rate); parts and server optimizers reuse it without faking p.grad."""
-    d = momentum_update(grad, momentum, style, beta, nesterov)
-    if correction is not None:
-        d = d + correction
-    o = orthogonalize(d, steps=ns_steps, coeffs=ns_coeffs, method=ns_method, eps=ns_eps, dtype=ns_dtype)
-    s = update_scale(scale_mode, *matrix_shape(grad))
-    return o if s == 1.0 else o * s
 
 
 class Muon(torch.optim.Optimizer):
@@ -155,9 +99,9 @@ class Muon(torch.optim.Optimizer):
                         ns_dtype=ns_dtype, ns_eps=ns_eps, scale_mode=scale_mode, lmo=lmo, aux=aux,
                         betas=tuple(aux_betas), eps=aux_eps)
         aux_args = dict(lr=aux_lr, momentum=aux_momentum, nesterov=aux_nesterov, weight_decay=aux_weight_decay)
-        super().__init__(_build_groups(params, defaults, aux_args), defaults)
+        super().__init__(build_groups(params, defaults, aux_args), defaults)
         for group in self.param_groups:
-            _check_group(group)
+            check_group(group)
         self.corrections: dict[Tensor, Tensor] = {}
         self.direction_hook: Callable[[Tensor, Tensor], Tensor] | None = None
 
@@ -209,7 +153,7 @@ class Muon(torch.optim.Optimizer):
                 if not group["use_muon"] and group["aux"] == "adamw":
                     self._adamw(p, group)
                     continue
-                style = _STYLE_ALIASES.get(group["momentum_style"], group["momentum_style"])
+                style = STYLE_ALIASES.get(group["momentum_style"], group["momentum_style"])
                 d = momentum_update(p.grad, self.momentum_buffer(p), style, group["momentum"], group["nesterov"])
                 if group["use_muon"] and group["lmo"] == "spectral" and p.ndim != 3:
                     batched.append((p, self._direction(p, d)))
@@ -219,21 +163,11 @@ class Muon(torch.optim.Optimizer):
         return loss
 
     def _apply_batched(self, pairs: list[tuple[Tensor, Tensor]], group: dict) -> None:
-        """Orthogonalize the directions of same-shape matrices as one stacked batch (one Newton–Schulz run per shape
-        instead of one per matrix; each matrix is normalized on its own, so the result is the per-matrix one up to
-        float rounding), then take the steps."""
-        by_shape: dict[tuple, list[tuple[Tensor, Tensor]]] = {}
-        for p, d in pairs:
-            by_shape.setdefault((matrix_shape(d), d.dtype, d.device), []).append((p, d))
+        """Orthogonalize the directions (same-shape matrices as one batch), then take the steps."""
         ns = dict(steps=group["ns_steps"], coeffs=group["ns_coeffs"], method=group["ns_method"], eps=group["ns_eps"],
                   dtype=group["ns_dtype"])
-        for same in by_shape.values():
-            if len(same) == 1:
-                self._step(same[0][0], orthogonalize(same[0][1], **ns), group)
-                continue
-            o = orthogonalize(torch.stack([d.reshape(matrix_shape(d)) for _, d in same]), **ns)
-            for (p, _), o_p in zip(same, o.unbind(0)):
-                self._step(p, o_p.reshape(p.shape), group)
+        for (p, _), o in zip(pairs, orthogonalize_batched([d for _, d in pairs], **ns)):
+            self._step(p, o, group)
 
     @torch.no_grad()
     def apply_direction(self, p: Tensor, d: Tensor) -> None:
@@ -263,34 +197,16 @@ class Muon(torch.optim.Optimizer):
         self._step(p, d, group)
 
     def _step(self, p: Tensor, o: Tensor, group: dict) -> None:
-        """X ← X·(1 - lr·wd) - lr_p·O: decoupled weight decay (unscaled lr, as torch.optim.Muon/AdamW), then the
-        step, with the Muon scale folded into lr_p (aux momentum SGD: lr_p = lr)."""
-        lr, wd = group["lr"], group["weight_decay"]
+        """The decoupled step with the Muon scale folded into the lr (aux momentum SGD: the plain lr)."""
+        lr = group["lr"]
         lr_p = lr * update_scale(group["scale_mode"], *matrix_shape(p)) if group["use_muon"] else lr
-        if wd != 0:
-            p.mul_(1 - lr * wd)
-        p.add_(o, alpha=-lr_p)
+        decoupled_step(p, o, lr, lr_p, group["weight_decay"])
 
     def _adamw(self, p: Tensor, group: dict) -> None:
-        """torch.optim.AdamW (single-tensor path) with decoupled weight decay; correction enters the gradient."""
-        beta1, beta2 = group["betas"]
-        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
-        g = p.grad
+        """AdamW on an aux parameter; a correction enters the gradient (SCAFFOLD style)."""
         c = self.corrections.get(p)
-        if c is not None:
-            g = g + c
-        state = self.state[p]
-        if "step" not in state:
-            state["step"] = 0
-            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        state["step"] += 1
-        t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-        p.mul_(1 - lr * wd)
-        m.lerp_(g, 1 - beta1)
-        v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-        denom = (v.sqrt() / math.sqrt(1 - beta2**t)).add_(eps)
-        p.addcdiv_(m, denom, value=-lr / (1 - beta1**t))
+        g = p.grad if c is None else p.grad + c
+        adamw_update(p, g, self.state[p], group["lr"], group["betas"], group["eps"], group["weight_decay"])
 
 
 class MuonAdapter(StateAdapter):
@@ -320,93 +236,3 @@ class MuonAdapter(StateAdapter):
 
 
 Muon.state_adapter = MuonAdapter
-
-
-def _build_groups(params: Iterable, defaults: dict, aux_args: dict) -> list[dict]:
-    """Normalize params into groups with an explicit ``use_muon`` flag (see Muon's docstring)."""
-    if isinstance(params, Tensor):
-        params = [params]
-    groups = list(params)
-    if not groups:
-        raise ValueError("Muon got an empty parameter list")
-    if not isinstance(groups[0], Mapping):
-        groups = [{"params": groups}]
-    out = []
-    for group in groups:
-        group = dict(group)
-        ps = group.pop("params")
-        ps = [ps] if isinstance(ps, Tensor) else list(ps)
-        aux_keys = {k: group.pop("aux_" + k) for k in aux_args if "aux_" + k in group}
-        if "use_muon" in group:
-            halves = [(bool(group["use_muon"]), ps)]
-        else:
-            halves = [(True, [p for p in ps if p.ndim >= 2]), (False, [p for p in ps if p.ndim < 2])]
-        for use_muon, sub in halves:
-            if not sub:
-                continue
-            g = {**group, "params": sub, "use_muon": use_muon}
-            if not use_muon:
-                for k, ctor in aux_args.items():
-                    # group aux_k > (explicit aux group's own k) > constructor aux_k > Muon value
-                    if k in aux_keys:
-                        g[k] = aux_keys[k]
-                    elif "use_muon" in group and k in group:
-                        g[k] = group[k]
-                    elif ctor is not None:
-                        g[k] = ctor
-                    else:
-                        g[k] = group.get(k, defaults[k])
-            out.append(g)
-    return out
-
-
-def _check_group(group: dict) -> None:
-    style = _STYLE_ALIASES.get(group["momentum_style"], group["momentum_style"])
-    if style not in MOMENTUM_STYLES:
-        raise ValueError(f"momentum_style must be one of {MOMENTUM_STYLES}, got {group['momentum_style']!r}")
-    for key, allowed in (("scale_mode", SCALE_MODES), ("lmo", LMOS), ("aux", AUX), ("ns_method", ("ns", "svd"))):
-        if group[key] not in allowed:
-            raise ValueError(f"{key} must be one of {allowed}, got {group[key]!r}")
-    resolve_coeffs(group["ns_coeffs"])
-    if group["lr"] < 0 or group["weight_decay"] < 0 or group["ns_steps"] < 0 or group["momentum"] < 0:
-        raise ValueError("lr, weight_decay, momentum and ns_steps must be >= 0")
-    if group["use_muon"]:
-        bad = [tuple(p.shape) for p in group["params"] if p.ndim < 2]
-        if bad:
-            raise ValueError(f"Muon groups need ndim >= 2 params; got shapes {bad} (use a use_muon=False group)")
-
-
-def muon_param_names(model: nn.Module, exclude: Iterable[str] = ()) -> tuple[list[str], list[str]]:
-    """(muon_names, aux_names) of the trainable params: every ndim ≥ 2 param goes to Muon (seeds 000/004
-    default, spec 000 A5) except the kinds in ``exclude`` ⊆ {"embedding", "first", "classifier"}: nn.Embedding
-    weights, the first ndim ≥ 2 param in registration order (e.g. the stem conv) and the last nn.Linear's weight.
-    """
-    exclude = set(exclude)
-    if not exclude <= set(EXCLUDABLE):
-        raise ValueError(f"exclude must be a subset of {EXCLUDABLE}, got {sorted(exclude)}")
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    skip: set[int] = set()
-    if "embedding" in exclude:
-        skip |= {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
-    if "first" in exclude:
-        skip |= {id(p) for _, p in [np for np in named if np[1].ndim >= 2][:1]}
-    if "classifier" in exclude:
-        linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-        if linears:
-            skip.add(id(linears[-1].weight))
-    muon = [n for n, p in named if p.ndim >= 2 and id(p) not in skip]
-    aux = [n for n, p in named if not (p.ndim >= 2 and id(p) not in skip)]
-    return muon, aux
-
-
-def split_muon_params(model: nn.Module, exclude: Iterable[str] = (), **aux_group_options) -> list[dict]:
-    """Param groups for :class:`Muon`: ``[{"params": [...], "use_muon": True}, {"params": [...], "use_muon": False,
-    **aux_group_options}]`` (empty groups dropped) using :func:`muon_param_names`'s rule."""
-    params = dict(model.named_parameters())
-    muon, aux = muon_param_names(model, exclude)
-    groups = []
-    if muon:
-        groups.append({"params": [params[n] for n in muon], "use_muon": True})
-    if aux:
-        groups.append({"params": [params[n] for n in aux], "use_muon": False, **aux_group_options})
-    return groups

@@ -357,9 +357,9 @@ def test_deterministic_and_trains():
 
 
 def test_same_shape_matrices_are_orthogonalized_as_one_batch_with_the_per_matrix_result(monkeypatch):
-    """Issue 18: one Newton–Schulz run per matrix shape and step, not one per matrix; the result is the pure
+    """One Newton–Schulz run per matrix shape and step, not one per matrix; the result is the pure
     per-matrix ``muon_update`` (X ← X(1 - lr·wd) - lr·s·orth(D)) up to float rounding."""
-    import fl_lightning.optim.muon as muon_module
+    import fl_lightning.optim.muon_math as muon_module
     from fl_lightning.optim.muon import muon_update
 
     shapes = [(8, 16), (8, 16), (8, 16), (16, 8), (16, 8), (3, 2, 3, 3), (3, 2, 3, 3), (12, 12)]
