@@ -206,7 +206,7 @@ def _check_launcher(fabric) -> None:
 def build(cfg: DictConfig, run_dir: str, fabric=None):
     """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``)."""
     from .data import build_federated_data
-    from .loop import FederatedLoop
+    from .loop import FederatedLoop, LoopConfig
     from .models import build_model
     from .strategies import build_strategy
 
@@ -235,36 +235,21 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
     module = module.to(fabric.device)
     strategy = build_strategy(cfg.method)
     rank, world = fabric.global_rank, fabric.world_size
-    offload = cfg.get("store", {}).get("offload_dir") if cfg.get("store") else None
-    offload = None if offload is None else str(offload)  # a folder name, even one that reads as a number
+    offload = cfg.store.offload_dir  # a str (the schema's type), even for a folder whose name reads as a number
     if offload and world > 1:
         offload = os.path.join(str(offload), f"rank{rank}")
     store = ClientStateStore(fabric.device, offload)
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), config_hash=config_hash(cfg), rank=rank,
-                                world_size=world, barrier=fabric.barrier, keep_last=int(cfg.checkpoint.get("keep_last", 2)),
-                                background_bytes=int(cfg.checkpoint.get("background_mb", 512)) << 20,
-                                compact=float(cfg.checkpoint.get("compact", 0.25)))
+                                world_size=world, barrier=fabric.barrier, keep_last=cfg.checkpoint.keep_last,
+                                background_bytes=cfg.checkpoint.background_mb << 20, compact=cfg.checkpoint.compact)
     info = {"model": _display_name(cfg.model), "data": _display_name(cfg.data), **dict(data.info.provenance or ())}
     recorder = RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")), rank=rank,
                            log_fn=fabric.log_dict, info=info)
-    return FederatedLoop(fabric, module, data, strategy, loop_config(cfg), run_dir, store=store,
+    config = LoopConfig(**vars(OmegaConf.to_object(cfg.fl)), seed=cfg.seed, checkpoint_every=cfg.checkpoint.every)
+    return FederatedLoop(fabric, module, data, strategy, config, run_dir, store=store,
                          checkpointer=checkpointer, recorder=recorder)
 
 
 def _display_name(node) -> str:
     """A config node's ``name`` (the yaml's display name), else its ``_target_``."""
     return str(node.get("name") or node.get("_target_") or "?")
-
-
-def loop_config(cfg: DictConfig):
-    """The loop's few settings, read from the composed config (the loop itself never sees the Hydra tree)."""
-    from .loop import LoopConfig
-
-    fl = cfg.fl
-    opt = lambda v: int(v) if v else None  # noqa: E731
-    return LoopConfig(
-        num_clients=int(fl.num_clients), clients_per_round=int(fl.clients_per_round), rounds=int(fl.rounds),
-        local_steps=opt(fl.get("local_steps")), local_epochs=opt(fl.get("local_epochs")),
-        eval_every=int(fl.get("eval_every", 1)), seed=int(cfg.seed), lr_schedule=str(fl.get("lr_schedule", "constant")),
-        lr_min_factor=float(fl.get("lr_min_factor", 0.0)), warmup_rounds=int(fl.get("warmup_rounds", 0)),
-        checkpoint_every=int(cfg.checkpoint.get("every", 1)))

@@ -31,25 +31,18 @@ from .errors import NonFiniteLossError, ResumeError
 from .progress import RoundProgress
 from .recorder import RunRecorder
 from .schedule import lr_factor
+from .schema import FL
 from .strategies.base import MODEL_KEY, Aggregate, ClientContext, ServerContext, Strategy
 
 log = logging.getLogger("fl_lightning")
 
 
 @dataclass
-class LoopConfig:
-    """What the loop needs to know (``build.loop_config(cfg)`` fills it from the Hydra config's ``fl`` section)."""
+class LoopConfig(FL):
+    """What the loop needs to know: the schema's ``fl`` group (:class:`fl_lightning.schema.FL`, typed and checked)
+    plus the seed and the checkpoint cadence; ``build`` fills it from the composed config."""
 
-    num_clients: int
-    clients_per_round: int
-    rounds: int
-    local_steps: int | None = None
-    local_epochs: int | None = None
-    eval_every: int = 1
     seed: int = 0
-    lr_schedule: str = "constant"
-    lr_min_factor: float = 0.0
-    warmup_rounds: int = 0
     checkpoint_every: int = 1
 
 
