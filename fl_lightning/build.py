@@ -33,9 +33,12 @@ _NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads"
 def validate(cfg: DictConfig) -> None:
     """The schema's checks and rules (:func:`fl_lightning.schema.check`), then what needs torch: a GPU asked for is
     there."""
+    from .config import check_targets
+    from .data import FEDERATION_KEYS
     from .schema import check
 
     check(cfg)
+    check_targets(cfg, drop={"data": FEDERATION_KEYS})
     acc = str(cfg.trainer.accelerator)
     if acc in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError("trainer.accelerator", f"{acc} asked for but no CUDA GPU is visible to this process",

@@ -11,6 +11,8 @@ value anywhere in the tree is one line on the command line, never a Hydra traceb
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import functools
 import re
 from typing import Any
@@ -196,3 +198,87 @@ def instantiate(node: Any, key: str, *, drop: tuple[str, ...] = ("name",), **kwa
                           f"check the arguments under {inner}") from None
     except ConfigError as err:  # raised by the top-level target itself, outside Hydra's wrapping
         raise qualify(err, key, root) from None
+
+
+def _simple_kind(hint) -> tuple[str | None, bool]:
+    """(schema kind, nullable) of a constructor's type hint, for the plain kinds only (int, float, bool, str and their
+    Optional forms); (None, False) for anything else, which its constructor checks itself."""
+    import types
+    import typing
+
+    args = typing.get_args(hint)
+    nullable = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) != 1:
+            return None, False
+        hint, nullable = rest[0], len(rest) < len(args)
+    kind = {int: "int", float: "float", bool: "bool", str: "str"}.get(hint)
+    return kind, nullable
+
+
+def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model", "data", "optimizer", "server_opt"),
+                  drop: Mapping[str, tuple[str, ...]] | None = None) -> None:
+    """Every ``_target_`` node's keys against its constructor, before anything is built: a key that is not an argument
+    (unless it takes ``**kwargs``), and a value of the wrong plain type for an argument hinted int, float, bool or
+    str (the schema's rule, :func:`fl_lightning.schema.problem`). One :class:`ConfigError` naming the full key (and
+    the key the user typed when the value was interpolated); ranges stay with the constructors. ``drop``: keys of a
+    node (by its full key) that the builder consumes before calling the target (``data``'s batch sizes and partition).
+    """
+    import inspect
+    import typing
+
+    from .schema import problem
+
+    for group in groups:
+        node = cfg.get(group)
+        if not OmegaConf.is_config(node):
+            continue
+        try:
+            plain = OmegaConf.to_container(node, resolve=True)
+        except Exception:  # an interpolation that does not resolve: instantiate names it
+            continue
+        stack = [(group, plain)]
+        while stack:
+            key, sub = stack.pop()
+            if isinstance(sub, list):
+                stack.extend((f"{key}.{i}", v) for i, v in enumerate(sub))
+                continue
+            if not isinstance(sub, dict):
+                continue
+            stack.extend((f"{key}.{k}", v) for k, v in sub.items() if isinstance(v, (dict, list)))
+            target = sub.get("_target_")
+            if not isinstance(target, str):
+                continue
+            sig = _signature(target)
+            if sig is None:
+                continue  # not importable: instantiate reports it
+            try:
+                from hydra.utils import get_object
+
+                obj = get_object(target)
+                hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj)
+            except Exception:
+                hints = {}
+            takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            skip = set((drop or {}).get(key, ()))
+            for arg, value in sub.items():
+                if str(arg).startswith("_") or arg in skip or (arg == "name" and "name" not in sig.parameters):
+                    continue
+                full = f"{key}.{arg}"
+                if arg not in sig.parameters and not takes_any:
+                    takes = ", ".join(p for p in sig.parameters if p not in ("self", "args", "kwargs"))
+                    raise qualify(ConfigError(full, f"is not an argument of {target}", f"remove it (it takes: {takes})"),
+                                  "", _root(node))
+                kind, nullable = _simple_kind(hints.get(arg))
+                if kind is None or isinstance(value, (dict, list)):
+                    continue
+                p = sig.parameters.get(arg)
+                default = p.default if p is not None and p.default is not p.empty else None
+                meta = dict(kind=kind, nullable=nullable or default is None and p is not None and p.default is None,
+                            words=(), choices=(), low=None, high=None)
+                bad = problem(meta, value)
+                if bad:
+                    known = f" (its default: {p.default!r})" if p is not None and p.default is not p.empty else ""
+                    raise qualify(ConfigError(full, bad, f"set it to {'an' if kind == 'int' else 'a'} {kind}{known}"),
+                                  "", _root(node))

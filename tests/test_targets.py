@@ -100,7 +100,7 @@ def one_error_line(p) -> str:
 @pytest.mark.parametrize("overrides,key", [
     (["model.net.channels=[0,64]"], "model.net.channels:"),
     (["model.net.hidden=[128,64]"], "model.net.hidden:"),
-    (["+model.net.depth=3"], "model.net:"),                                   # a keyword small_cnn does not take
+    (["+model.net.depth=3"], "model.net.depth:"),                             # a keyword small_cnn does not take
     (["model=lenet5"], "model.net:"),                                         # LeNet-5 needs >= 12x12, digits are 8x8
     (["data.test_size=5"], "data.test_size:"),
     (["data.partition.alpha=-1"], "data.partition.alpha:"),
