@@ -315,7 +315,7 @@ class FederatedLoop:
         self.round = int(state["round"])
 
     def stateful(self) -> dict[str, Any]:
-        """Everything a checkpoint holds, by name (see fl_lightning/checkpoint.py); a model wrapper may add its own
+        """Everything a checkpoint holds, by name (see fl_lightning/checkpoint/); a model wrapper may add its own
         objects through ``checkpoint_objects()`` (e.g. the fingerprint of a frozen pretrained backbone, which refuses
         a resume onto another base model)."""
         objects = {"loop": self, "model": TensorDict(self.global_params), "strategy": self.strategy,

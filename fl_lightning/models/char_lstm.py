@@ -1,7 +1,7 @@
 """Seed 002's character LSTM for Shakespeare (spec 002 §6.2, [X] FedDyn's model, Acar et al., ICLR 2021):
 ``Embedding(80, 8) → 2-layer LSTM(hidden 100) → Linear(100, 80)`` on the last time step of an 80-character window,
 predicting the next character; 133,520 parameters with the 80-symbol vocabulary (asserted in
-``tests/test_language_models.py``). Wrapped by :class:`~fl_lightning.models.ClassifierModule` (``input_key:
+``tests/unit/models/test_language_models.py``). Wrapped by :class:`~fl_lightning.models.ClassifierModule` (``input_key:
 input_ids``, labels = the next character), so the metric is next-character accuracy.
 """
 from __future__ import annotations

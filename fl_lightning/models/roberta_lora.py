@@ -4,7 +4,7 @@ with a fresh classification head, wrapped by peft's LoRA (Hu et al., "LoRA", ICL
 as the authors' ``new_llm.py``: ``LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, bias="none",
 task_type=SEQ_CLS, target_modules=["query", "value", "key", "dense"])``. peft freezes the backbone and keeps the
 head trainable (``modules_to_save``), so only the LoRA factors and the head are trained, communicated and counted:
-roberta-base gives 3,246,338 trainable of 127,893,508 parameters with 2 labels (``tests/test_text.py`` asserts it
+roberta-base gives 3,246,338 trainable of 127,893,508 parameters with 2 labels (``tests/unit/data/test_text.py`` asserts it
 on a meta-device build).
 
 The weights come from a **local path** (``pretrained_path``: a ``save_pretrained`` directory, or a model id that is

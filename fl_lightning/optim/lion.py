@@ -13,7 +13,7 @@ sides (read: v_t = β1·m_{t−1} + (1−β1)·g_t, then m_t = β2·m_{t−1} + 
 x_{t+1} = x_t + γ1·(sign(v_t) − γ2·x_t), an ascent step for a gradient g; the descent step is
 x_{t+1} = x_t − γ1·(sign(v_t) + γ2·x_t), implemented here. (FedSMU's own server step has the + sign because its g
 is a model delta, a descent direction.) FedSMU with one client and one local step is this optimizer with lr = γ1,
-wd = γ2 (spec 002 §3.2; tests/identities/test_fedsmu_identities.py).
+wd = γ2 (spec 002 §3.2; tests/fidelity/test_fedsmu_identities.py).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Alg. 2 has NO bias correction, so ``bias_correction=False`` is the default; ``Tr
 v by (1 - beta2^t) (Kingma & Ba, ICLR 2015, Alg. 1); ``"step_size"`` is Kingma & Ba's "more efficient" form (end of
 their Sec. 2), the lr times sqrt(1 - beta2^t) / (1 - beta1^t) with tau left uncorrected,
 ``x <- x - lr_t m / (sqrt(v) + tau)``: Flower's FedAdam (flwr.server.strategy.FedAdam, whose exponent is its round
-number + 1, i.e. our t + 1 with its rounds counted from 1; tests/parts/test_server_opt_flower.py). ``v0``: Alg. 2 initialises ``v_{-1} >= tau^2`` (its analysis
+number + 1, i.e. our t + 1 with its rounds counted from 1; tests/unit/strategies/test_server_opt_flower.py). ``v0``: Alg. 2 initialises ``v_{-1} >= tau^2`` (its analysis
 needs the floor); the default ``v0="tau2"`` takes v_{-1} = tau^2, the smallest value it allows. ``v0="zero"`` is the
 usual start (torch.optim.Adam, Flower; the authors' TF experiment code, google-research/federated optimization/,
 ran Keras Adam, zero-initialised and bias-corrected, and Yogi with initial accumulator 0); a number sets v_{-1}.

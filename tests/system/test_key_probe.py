@@ -22,7 +22,7 @@ VALID = {
     "method.grad_clip": {"null"},  # no clipping
     "method.parts.aggregation.server_lr": {"0"},  # a frozen global model
     "method.name": LABELS, "model.name": LABELS, "data.name": LABELS, "data.partition.name": LABELS,
-    # the bytes a method declares it sends: read by tests/test_methods.py only; runs measure their own bytes
+    # the bytes a method declares it sends: read by tests/system/test_methods.py only; runs measure their own bytes
     "method.comm.uplink": set(VALUES), "method.comm.downlink": set(VALUES),
     "data.partition.min_size": {"0"},  # no minimum client size
     "seed": {"0"}, "fl.local_epochs": {"null"}, "fl.lr_min_factor": {"0"}, "fl.warmup_rounds": {"0"},

@@ -35,7 +35,7 @@ Options (spec 000 §9):
   * The aggregation rule (A8) is the ModelAverage part's ``rule`` (``n_minus_s`` default, ``mean`` alternative).
 
 Removing the LMO (``Muon(lmo="neg_identity", scale_mode="none")``) and α = 1 gives the SCAFFOLD variant of
-spec 000 §4.1 with c_i = the last local stochastic gradient (tested in tests/identities/test_fedmuon_identities.py).
+spec 000 §4.1 with c_i = the last local stochastic gradient (tested in tests/fidelity/test_fedmuon_identities.py).
 """
 from __future__ import annotations
 

@@ -303,7 +303,7 @@ def test_scaffold_option2_and_the_released_codes_inert_correction(tmp_path, appl
                                                   ("fedams", "AMSGrad", 1e-6, "zero")])
 def test_fedopt_yamls_hold_reddi_et_als_defaults(method, target, tau, v0):
     """Reddi et al. (ICLR 2021) Alg. 2 / Sec. 5: β = (0.9, 0.99), τ = 1e-3, η = 1e-2, no bias correction (the
-    formulas themselves: tests/parts/test_server_opt.py; FedAMS's τ is a floor on v̂, 1e-6 = (1e-3)²)."""
+    formulas themselves: tests/unit/strategies/test_server_opt.py; FedAMS's τ is a floor on v̂, 1e-6 = (1e-3)²)."""
     opt = method_config(method).method.parts.aggregation.server_opt
     assert opt._target_ == f"fl_lightning.server_opt.{target}"
     assert (opt.lr, opt.beta1, opt.beta2, opt.tau, opt.bias_correction, opt.v0) == (0.01, 0.9, 0.99, tau, False, v0)
