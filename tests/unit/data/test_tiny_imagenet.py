@@ -109,7 +109,7 @@ def test_normalize_options(tmp_path):
 @pytest.mark.slow
 def test_swin_experiment_on_a_tiny_imagenet_folder(tmp_path):
     """Seed 004 Table 3's Tiny-ImageNet setting, shrunk: local weights file, fresh head, inputs resized in the net."""
-    from tests.test_vision_models import _tiny_weights
+    from tests.unit.models.test_vision_models import _tiny_weights
 
     write_tiny_imagenet(str(tmp_path / "data"))
     f = tmp_path / "w.pth"

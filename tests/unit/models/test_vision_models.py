@@ -9,7 +9,7 @@ import torch
 from fl_lightning.data.info import DataInfo
 from fl_lightning.models import build_model
 from tests.helpers.cli import build_error, make_cfg, one_line_error, run_cli
-from tests.test_real_formats import write_cifar
+from tests.unit.data.test_real_formats import write_cifar
 
 CIFAR10, CIFAR100, DIGITS = DataInfo((3, 32, 32), 10), DataInfo((3, 32, 32), 100), DataInfo((1, 8, 8), 10)
 ONE_ROUND = ["fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=1", "fl.local_steps=2", "fl.eval_every=1",

@@ -11,7 +11,7 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.strategies.base import Part
 from fl_lightning.strategies.parts import SophiaHessian
 from tests.helpers.harness import FakeData, LossModule, MLP, build, method_config, mse, regression_batches, run
-from tests.test_client_services import Quadratic, _spd
+from tests.unit.loop.test_client_services import Quadratic, _spd
 
 
 class HessianSpy(Part):
