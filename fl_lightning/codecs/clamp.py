@@ -1,10 +1,11 @@
 """Clamp: a codec wrapper that clamps what the receiver rebuilds to [min, max] (the inner codec's bits, unchanged).
 
-FedPAC_Sophia_light (seed 001 §3.6, Table 11; spec 001 §10 item 16) uploads Sophia's Hessian-diagonal EMA h as a
-truncated SVD; a low-rank reconstruction of a non-negative matrix can have negative entries, and a negative h
-would turn Sophia's m / max(γh, ε) around. ``Clamp(LowRankSVD(...), min=0)`` rebuilds max(Û, 0). This clamp is
-our choice, not the paper's (the paper does not say how h is compressed). Nothing extra travels: the receiver
-clamps its own reconstruction, so ``Msg.nbits`` is the inner codec's.
+FedPAC_Sophia_light (Liu et al., "Taming Preconditioner Drift", FedPAC, ICML submission: Table 11; decision
+001/#16 in docs/decisions.md) uploads Sophia's Hessian-diagonal EMA h as a truncated SVD; a low-rank reconstruction
+of a non-negative matrix can have negative entries, and a negative h would turn Sophia's m / max(γh, ε) around.
+``Clamp(LowRankSVD(...), min=0)`` rebuilds max(Û, 0). This clamp is our choice, not the paper's (the paper does not
+say how h is compressed). Nothing extra travels: the receiver clamps its own reconstruction, so ``Msg.nbits`` is the
+inner codec's.
 """
 from __future__ import annotations
 

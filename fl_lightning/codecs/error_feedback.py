@@ -2,8 +2,9 @@
 (Seide et al. 2014; Karimireddy et al., ICML 2019, arXiv 1901.09847, Alg. 1 "EF-SGD"; Stich et al. 2018).
 
 Wraps any codec (``inner``): ``ErrorFeedback(TopK(0.01))`` is FedEF-TopK, ``ErrorFeedback(ScaledSign())`` is
-EF-SignSGD's compressor (FedEF-Sign, spec 002 Alg. 3). The residual lives in the client's persistent state under ``"<key>/ef"`` (so it is
-checkpointed and resumed with the client), starting at zero; it never travels.
+EF-SignSGD's compressor (FedEF-Sign: FedEF-SGD, Alg. 3 of the FedSMU paper, anonymous, under review, App. H). The
+residual lives in the client's persistent state under ``"<key>/ef"`` (so it is checkpointed and resumed with the
+client), starting at zero; it never travels.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LionMomentum: FedSMU's client-side Lion compressor (spec 002 Alg. 1 lines 11–12), a codec with memory.
+"""LionMomentum: FedSMU's client-side Lion compressor (the FedSMU paper's Alg. 1 lines 11–12), a codec with memory.
 
 For the client's model delta g (a descent direction, ≈ −η·Σ∇F), with the client's persistent momentum m (zero at
 its first participation, frozen while it is not sampled: only an upload touches it):
@@ -10,7 +10,8 @@ its first participation, frozen while it is not sampled: only an upload touches 
 Anonymous, "FedSMU: Communication-Efficient and Generalization-Enhanced Federated Learning through Symbolic Model
 Updates" (under review), Alg. 1; Lion: Chen et al., NeurIPS 2023, arXiv 2302.06675, Alg. 2. What travels and its
 bits are the inner codec's (u); m lives in the client's state under ``"<key>/lion_m"`` (fp32 at least), is
-checkpointed with the client and never travels. One vector per client (spec 002 §10 item 22, decision 002/#22).
+checkpointed with the client and never travels. One vector per client (as Alg. 1; decision 002/#22 in
+docs/decisions.md).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ class LionMomentum:
                               "give a _target_ such as fl_lightning.codecs.Sign (or null for Sign())")
         for name, b in (("beta1", beta1), ("beta2", beta2)):
             if not 0 <= float(b) < 1:
-                raise ConfigError(name, f"must be in [0, 1), got {b}", "use e.g. 0.9 (spec 002 §6.6)")
+                raise ConfigError(name, f"must be in [0, 1), got {b}", "use e.g. 0.9 (FedSMU App. A)")
         self.inner = inner if inner is not None else Sign()
         self.beta1, self.beta2 = float(beta1), float(beta2)
 

@@ -1,4 +1,6 @@
-"""LowRankSVD: the truncated-SVD codec for matrix-shaped uploads (seed 004 FedMuon_SVD, spec 004 §3.5.5).
+"""LowRankSVD: the truncated-SVD codec for matrix-shaped uploads (FedMuon_SVD of seed 004: Liu, Shang et al.,
+"FedMuon: Accelerating Federated Learning with Matrix Orthogonalization", Sec. 5.2 "Momentum compression via SVD",
+Table 7).
 
 A tensor with ndim ≥ 2 is viewed as the matrix ``(shape[0], prod(shape[1:]))`` (the authors' code reshapes every
 momentum to ``[dim0, -1]``; conv kernels (out, in, kh, kw) → (out, in·kh·kw)), factorized ``M = U S Vᵀ`` and cut
@@ -6,7 +8,8 @@ to rank r. What travels is ``U[:, :r]``, ``S[:r]`` and ``Vᵀ[:r]``: ``(m·r + r
 the receiver rebuilds the dense ``(U·S) Vᵀ``.
 
 The rank (``mode``):
-  * ``storage_frac`` (default, [REC] of spec 004 AMBIG-8; the authors' ``compute_rank_for_compression``):
+  * ``storage_frac`` (default, the recommended reading of decision 004/AMBIG-8 in docs/decisions.md; the authors'
+    ``compute_rank_for_compression``):
     r = int(frac·m·n/(m+n+1)), so the factors take ≈ frac of the dense matrix's storage
     (frac = 0.05 reproduces the paper's "1.05×" total communication, Table 7);
   * ``rank_frac`` (the paper's wording "k = 5% of the matrix rank"): r = int(frac·min(m, n)).

@@ -1,16 +1,17 @@
 """Quantize: b-bit symmetric uniform quantization with one scale per tensor (QSGD-style deterministic rounding to the
 nearest level; Alistarh et al., NeurIPS 2017, arXiv 1610.02132, without the stochastic rounding).
 
-FedSMU's α-bit variants (spec 002 §3.11, App. B.3, Table 8: "3-bit", "8-bit"; the quantizer is not defined, decision
-002/#20) replace sign(v) by this. With s = max|v| and x = v/s ∈ [−1, 1]:
+FedSMU's α-bit variants (FedSMU paper, anonymous, under review: App. B.3, Table 8: "3-bit", "8-bit"; the quantizer
+is not defined, decision 002/#20 in docs/decisions.md) replace sign(v) by this. With s = max|v| and x = v/s ∈ [−1, 1]:
 
   * ``grid: all_codes`` (default): the 2^b levels −1 + 2j/(2^b − 1), j = 0 … 2^b − 1 (every code used; no zero
     level; b = 1 gives ±1, i.e. sign(v) away from exact zeros);
   * ``grid: zero``: the 2L + 1 levels j/L, j = −L … L, L = 2^(b−1) − 1 (int8-style, exact zero; needs b ≥ 2).
 
-``scale``: ``max`` rebuilds s·level (+ s per tensor, one value in the tensor's dtype: 32 bits for fp32); ``none`` rebuilds the level itself in [−1, 1]
-(nothing but the codes travels). FedSMU's α-bit variants use ``none``, so the largest coordinate moves by ±1 like a
-sign and the server's γ1 keeps its meaning ("the server otherwise unchanged", spec §3.11). Bits: b·d (+ the scale).
+``scale``: ``max`` rebuilds s·level (+ s per tensor, one value in the tensor's dtype: 32 bits for fp32); ``none``
+rebuilds the level itself in [−1, 1] (nothing but the codes travels). FedSMU's α-bit variants use ``none``, so the
+largest coordinate moves by ±1 like a sign and the server's γ1 keeps its meaning (the server step otherwise
+unchanged; our reading, decision 002/#20). Bits: b·d (+ the scale).
 An all-zero tensor is rebuilt as zeros.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """RandK: k coordinates drawn uniformly without replacement, scaled by d/k — an unbiased compressor
 (Stich et al., NeurIPS 2018, arXiv 1809.07599; variance ω = d/k − 1). SCALLION's default (Huang, Li & Li 2023,
-arXiv 2308.08165: "unbiased compression"; spec 002 §3.12).
+arXiv 2308.08165: "unbiased compression"; a baseline of seed 002, decision 002/#6 in docs/decisions.md).
 
 The coordinates come from the sending client's generator (``client.rng("codec")``, passed by the part), so a run is
 reproducible and resumes exactly. k = max(1, ⌈frac·d⌉) per tensor. Bits as :class:`TopK`: k values and k indices of

@@ -1,13 +1,15 @@
 """Sign codecs: one bit per coordinate (signSGD, Bernstein et al., ICML 2018, arXiv 1802.04434), optionally scaled.
 
 ``Sign(scale)``:
-  * ``none``: the receiver rebuilds ``sign(v)`` (FedSMU / Lion-style sign uploads, spec 002 Alg. 1); d bits.
+  * ``none``: the receiver rebuilds ``sign(v)`` (FedSMU / Lion-style sign uploads, the FedSMU paper's Alg. 1);
+    d bits.
   * ``l1``: the receiver rebuilds ``(‖v‖₁/d)·sign(v)`` per tensor (the scaled sign of EF-SignSGD, Karimireddy et al.,
-    ICML 2019, arXiv 1901.09847, Alg. 1; FedEF-Sign's compressor in spec 002 §3.4); d bits + the scale, one value
-    in the tensor's dtype (32 bits for fp32, spec 002 §4). :class:`ScaledSign` is this codec.
+    ICML 2019, arXiv 1901.09847, Alg. 1; our reading of FedEF-Sign's "group sign", which the FedSMU paper names in
+    Sec. 5.2.1 but does not define, decision 002/#7); d bits + the scale, one value in the tensor's dtype (32 bits
+    for fp32, the paper's 32 bits per float, App. B.2). :class:`ScaledSign` is this codec.
 
-Exact zeros (spec 002 §10 item 15, decision 002/#15), ``sign_zero``:
-  * ``0`` (default, the spec's recommendation): ternary ``torch.sign`` — a zero coordinate is rebuilt as 0 (no vote),
+Exact zeros (decision 002/#15 in docs/decisions.md), ``sign_zero``:
+  * ``0`` (default, the recommended choice): ternary ``torch.sign`` — a zero coordinate is rebuilt as 0 (no vote),
     still charged 1 bit (a 1-bit code cannot carry it; the count is the paper's "1 bit per dimension");
   * ``+1``: a zero is sent as +1 (what a pure 1-bit code transmits);
   * ``random``: a zero is sent as ±1 with probability 1/2 each, drawn from the client's generator (``rng``, given by
@@ -66,8 +68,8 @@ class Sign:
 
 
 class ScaledSign(Sign):
-    """``(‖v‖₁/d)·sign(v)`` per tensor: d bits + one scale in the tensor's dtype (FedEF-Sign, spec 002 §3.4;
-    Karimireddy et al., ICML 2019, arXiv 1901.09847, Alg. 1)."""
+    """``(‖v‖₁/d)·sign(v)`` per tensor: d bits + one scale in the tensor's dtype (FedEF-Sign's "group sign" as we
+    read it, decision 002/#7; Karimireddy et al., ICML 2019, arXiv 1901.09847, Alg. 1)."""
 
     def __init__(self, sign_zero="0"):
         super().__init__("l1", sign_zero)

@@ -1,10 +1,11 @@
 """TopK: the k largest-magnitude coordinates (Stich et al., NeurIPS 2018, arXiv 1809.07599; Aji & Heafield 2017).
 
-k = ``max(1, ceil(frac · d))`` for a tensor of d entries (``frac`` in (0, 1], default 1 %: spec 002 §3.4's [E]
-ratio for FedEF-TopK). What travels is k values (in the tensor's dtype) and k indices of ``index_bits`` each. The
-rule (spec 002 §4, whose table leaves "index cost" open; decision 002/#7): ``log2`` (default) charges ⌈log₂ d⌉ bits
-per index (0 for a one-entry tensor), so an fp32 tensor costs **k·(32 + ⌈log₂ d⌉)** bits, fp64 k·(64 + ⌈log₂ d⌉);
-``32`` charges int32 indices (k·64 bits for fp32), as most FL code sends them. The receiver rebuilds the dense tensor with zeros elsewhere. Ties are broken by
+k = ``max(1, ceil(frac · d))`` for a tensor of d entries (``frac`` in (0, 1], default 1 %: our choice for
+FedEF-TopK, whose k the FedSMU paper does not give). What travels is k values (in the tensor's dtype) and k indices
+of ``index_bits`` each. The rule (the FedSMU paper's bit count, App. B.2, leaves the index cost open; decision 002/#7
+in docs/decisions.md): ``log2`` (default) charges ⌈log₂ d⌉ bits per index (0 for a one-entry tensor), so an fp32
+tensor costs **k·(32 + ⌈log₂ d⌉)** bits, fp64 k·(64 + ⌈log₂ d⌉); ``32`` charges int32 indices (k·64 bits for fp32),
+as most FL code sends them. The receiver rebuilds the dense tensor with zeros elsewhere. Ties are broken by
 ``torch.topk``.
 """
 from __future__ import annotations

@@ -9,8 +9,8 @@ Adam's v) never pokes ``opt.state[p]`` itself; it asks the optimizer's adapter (
     import_state(p, values)  write some entries; the missing ones are completed from ``init_state(p)`` (a partial
                              state never reaches the optimizer: torch.optim.Adam would raise ``KeyError:
                              'exp_avg'``), numbers are cast back to the optimizer's own type, then ``refresh(p)``
-    refresh(p, imported)     post-load hook (SOAP recomputes its eigenbases from the aligned L, R: spec 001 §4.1)
-    theta(p)                 the entries of the preconditioner Θ that FedPAC aligns (spec 001 §4.0), or None
+    refresh(p, imported)     post-load hook (SOAP recomputes its eigenbases from the aligned L, R: decision 001/#5)
+    theta(p)                 the entries of the preconditioner Θ that FedPAC aligns (FedPAC paper, Sec. 3.2), or None
     set_correction(...)      a per-parameter term added to the direction (only optimizers that support it)
 
 Adapters are found by the optimizer class's ``state_adapter`` attribute (an optimizer of this package names its
@@ -128,8 +128,8 @@ class StateAdapter:
         self.refresh(p, set(values))
 
     def theta(self, p: Tensor) -> tuple[str, ...] | None:
-        """The entries that make up the preconditioner Θ (spec 001 §4.0: SOAP's L, R; Sophia's h; Muon's m), the
-        state FedPAC aligns; None when the optimizer has no such notion."""
+        """The entries that make up the preconditioner Θ (FedPAC paper, Sec. 3.2: SOAP's L, R; Sophia's h; Muon's m),
+        the state FedPAC aligns; None when the optimizer has no such notion."""
         return None
 
     def refresh(self, p: Tensor, imported=()) -> None:

@@ -8,12 +8,13 @@ Algorithms", NeurIPS 2023, arXiv 2302.06675, Alg. 2), per parameter with gradien
 (the order of lucidrains' ``lion-pytorch``; defaults β = (0.9, 0.99), wd 0). ``torch.sign`` leaves a coordinate
 whose interpolation is exactly 0 in place.
 
-Seed 002 reprints Lion as its Alg. 9 with two typos (spec 002 §3.2, decision 002/#16): lines 4–5 use m_t on both
-sides (read: v_t = β1·m_{t−1} + (1−β1)·g_t, then m_t = β2·m_{t−1} + (1−β2)·g_t), and line 6 writes
-x_{t+1} = x_t + γ1·(sign(v_t) − γ2·x_t), an ascent step for a gradient g; the descent step is
-x_{t+1} = x_t − γ1·(sign(v_t) + γ2·x_t), implemented here. (FedSMU's own server step has the + sign because its g
-is a model delta, a descent direction.) FedSMU with one client and one local step is this optimizer with lr = γ1,
-wd = γ2 (spec 002 §3.2; tests/fidelity/test_fedsmu_identities.py).
+Seed 002 (FedSMU, anonymous, under review) reprints Lion as its Alg. 9 (App. H) with two typos (decision 002/#16 in
+docs/decisions.md): lines 4–5 use m_t on both sides (read: v_t = β1·m_{t−1} + (1−β1)·g_t, then
+m_t = β2·m_{t−1} + (1−β2)·g_t), and line 6 writes x_{t+1} = x_t + γ1·(sign(v_t) − γ2·x_t), an ascent step for a
+gradient g; the descent step is x_{t+1} = x_t − γ1·(sign(v_t) + γ2·x_t), implemented here. (FedSMU's own server
+step has the + sign because its g is a model delta, a descent direction.) FedSMU with one client and one local step
+is this optimizer with lr = γ1, wd = γ2 (FedSMU Sec. 3.3 and App. E.2 state the reduction, the constants are
+derived; tests/fidelity/test_fedsmu_identities.py).
 """
 from __future__ import annotations
 

@@ -1,13 +1,15 @@
 """Muon for a whole model: orthogonalized momentum on matrices, momentum SGD or AdamW on the rest.
 
 One ``torch.optim.Optimizer`` holds both kinds of parameter groups (flag ``use_muon``), in the style of Keller
-Jordan's ``MuonWithAuxAdam``. Per step, for a Muon parameter X with gradient g (seed 000 §3.1, Eq. of Alg. 1
-lines 8-9; seeds 003/004 Eq. 2):
+Jordan's ``MuonWithAuxAdam``. Per step, for a Muon parameter X with gradient g (seed 000 = FedMuon, anonymous,
+under review: Sec. 2 and Alg. 1 lines 8-9; seed 003 = Zhang & Gao, "On Provable Benefits of Muon in Federated
+Learning", Eq. (4.1); seed 004 = Liu, Shang et al., "FedMuon: Accelerating Federated Learning with Matrix
+Orthogonalization", Eq. (2); docs/decisions.md lists the seeds):
 
     M ← decay·M + gain·g                                   momentum (``momentum_style``, table below)
     D ← M            or, with nesterov, gain·g + decay·M   the direction
     D ← D + C        C = the strategy's correction for X (``set_correction``; e.g. C_glob - C_i in seed 000)
-    O ← orthogonalize(D)   ≈ U Vᵀ  (or O ← D when ``lmo="neg_identity"``, i.e. "remove the LMO", seed 000 §4.1)
+    O ← orthogonalize(D)   ≈ U Vᵀ  (or O ← D when ``lmo="neg_identity"``, i.e. "remove the LMO", seed 000 Sec. 4)
     X ← X·(1 - lr·wd) - lr·scale(rows, cols)·O             decoupled weight decay, then the step X + lr·s·lmo(D)
 
 Auxiliary (non-Muon) groups: ``aux="sgd"`` uses the same momentum/direction/correction lines and then
@@ -16,9 +18,10 @@ is added to the gradient before the moments, SCAFFOLD style).
 
 momentum_style (``momentum`` is the coefficient *in that style's own notation*):
 
-    "ema"        α: M ← (1-α)M + α g       seed 000 (α = 0.05 ≈ Muon's β = 0.95; α = 1 means no momentum)
+    "ema"        α: M ← (1-α)M + α g       seed 000 (α = 0.05 ≈ Muon's β = 0.95; α = 1 means no momentum); seed 003
+                                           Eq. (4.1) with α = its β
     "ema_beta"   β: M ← βM + (1-β) g       Keller Jordan / torch.optim.Muon (``buf.lerp_(g, 1-β)``); alias "lerp"
-    "heavy_ball" β: M ← βM + g             seeds 003/004 papers, torch.optim.SGD(momentum=β)
+    "heavy_ball" β: M ← βM + g             seed 004 paper (Eq. (2)), torch.optim.SGD(momentum=β)
     nesterov:  D = gain·g + decay·M (after the update), i.e. g.lerp(M, β) for "ema_beta" (torch.optim.Muon),
                g + βM for "heavy_ball" (torch.optim.SGD), g.lerp(M, 1-α) for "ema".
 
@@ -27,7 +30,8 @@ invariance), but they differ for SGD params and whenever a correction or ``neg_i
 
 scale_mode (rows, cols = the matrix view; conv (out, in, kh, kw) → (out, in·kh·kw); 3-D → last two dims):
 "spectral" = sqrt(max(1, rows/cols)) (Keller Jordan; torch "original"), "moonlight" = 0.2·sqrt(max(rows, cols))
-(Liu et al. 2025a; torch "match_rms_adamw"; seed 000 §3.4 default), "none" = 1 (seed 003 Alg. 1).
+(Liu et al. 2025, "Muon is scalable", arXiv 2502.16982; torch "match_rms_adamw"; seed 000's default: its Sec. 7.1
+follows Liu et al. without the formula, decision 000/A1), "none" = 1 (seed 003 Alg. 1).
 
 Hooks for federated strategies (all per parameter, keyed by the Parameter object):
 * momentum: ``opt.state[p]["momentum_buffer"]`` (Muon and aux-SGD params; same shape/dtype/device as p, created
@@ -39,7 +43,8 @@ Hooks for federated strategies (all per parameter, keyed by the Parameter object
 * ``opt.direction_hook = fn(p, D) -> D'``: optional arbitrary transform of D (after the correction, before the LMO)
   for Muon and SGD params.
 * ``lmo="neg_identity"`` replaces orthogonalize(D) by D (with ``momentum_style="ema"``, α = 1, ``scale_mode="none"``
-  and a correction, FedMuon becomes the SCAFFOLD variant of seed 000 §4.1); ``ns_steps=0`` gives D/||D||_F.
+  and a correction, FedMuon becomes the SCAFFOLD variant of seed 000 Sec. 4, decision 000/A20); ``ns_steps=0`` gives
+  D/||D||_F.
 p.grad is never modified. Corrections are not part of ``state_dict()`` (they belong to the strategy).
 """
 
@@ -222,7 +227,7 @@ class MuonAdapter(StateAdapter):
         return ("step", "exp_avg", "exp_avg_sq") if self.param_kind(p) == "adamw" else ("momentum_buffer",)
 
     def theta(self, p: Tensor) -> tuple[str, ...]:
-        """Θ = {m} (spec 001 §4.0): the momentum of Muon (and aux-SGD) params; aux-AdamW params have none."""
+        """Θ = {m} (FedPAC paper, Sec. 3.2): the momentum of Muon (and aux-SGD) params; aux-AdamW params have none."""
         return () if self.param_kind(p) == "adamw" else ("momentum_buffer",)
 
     def init_state(self, p: Tensor) -> dict:

@@ -64,7 +64,7 @@ def check_group(group: dict) -> None:
 
 def muon_param_names(model: nn.Module, exclude: Iterable[str] = ()) -> tuple[list[str], list[str]]:
     """(muon_names, aux_names) of the trainable params: every ndim ≥ 2 param goes to Muon (seeds 000/004
-    default, spec 000 A5) except the kinds in ``exclude`` ⊆ {"embedding", "first", "classifier"}: nn.Embedding
+    default, decision 000/A5) except the kinds in ``exclude`` ⊆ {"embedding", "first", "classifier"}: nn.Embedding
     weights, the first ndim ≥ 2 param in registration order (e.g. the stem conv) and the last nn.Linear's weight.
     """
     exclude = set(exclude)

@@ -32,7 +32,7 @@ def momentum_coeffs(style: str, momentum: float) -> tuple[float, float]:
 
 
 def update_scale(mode: str, rows: int, cols: int) -> float:
-    """Per-matrix multiplier on the orthogonalized update (seed 000 §3.4 / A1)."""
+    """Per-matrix multiplier on the orthogonalized update (seed 000 Sec. 7.1; decision 000/A1 in docs/decisions.md)."""
     if mode == "spectral":
         return math.sqrt(max(1.0, rows / cols))
     if mode == "moonlight":

@@ -1,6 +1,7 @@
 """Newton–Schulz orthogonalization and the spectral-norm LMO.
 
-For a matrix G = U Σ Vᵀ (thin SVD) the spectral-norm LMO is (seed 000, §3.2; Bernstein & Newhouse 2024)
+For a matrix G = U Σ Vᵀ (thin SVD) the spectral-norm LMO is (seed 000 = FedMuon, anonymous, under review, Sec. 6;
+Bernstein & Newhouse 2024)
 
     lmo(G) = argmin_{||Y||_sp ≤ 1} <G, Y> = -U Vᵀ,     <G, lmo(G)> = -||G||_trace.
 
@@ -22,7 +23,7 @@ T = 0 is plain Frobenius normalization G/||G||_F (normalized SGD), which the see
 Only G Gᵀ of the wide orientation is formed (rows ≤ cols; we transpose tall inputs, which is exact because
 (G Gᵀ)^j G = G (Gᵀ G)^j). Leading dims are a batch: a 3-D tensor is a stack of matrices, each normalized on
 its own (Keller Jordan's convention). Conv kernels (out, in, kh, kw), and any ≥4-D tensor, are viewed as the
-matrix (out, in·kh·kw) (seed 000 §3.3) and reshaped back.
+matrix (out, in·kh·kw) (seed 000 Sec. 2) and reshaped back.
 """
 
 from __future__ import annotations
@@ -126,5 +127,5 @@ def orthogonalize(
 
 
 def lmo_spectral(G: Tensor, steps: int = 5, coeffs="muon", method: str = "ns", eps: float = 1e-7, dtype=None) -> Tensor:
-    """Approximate spectral-norm LMO argmin_{||Y||_sp ≤ 1} <G, Y> ≈ -U Vᵀ (seed 000 §3.2: Alg. 2 returns -G^(T))."""
+    """Approximate spectral-norm LMO argmin_{||Y||_sp ≤ 1} <G, Y> ≈ -U Vᵀ (seed 000 Sec. 6: Alg. 2 returns -G^(T))."""
     return -orthogonalize(G, steps=steps, coeffs=coeffs, method=method, eps=eps, dtype=dtype)

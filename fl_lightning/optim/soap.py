@@ -1,6 +1,7 @@
 """SOAP: Adam in the eigenbasis of Shampoo's preconditioner (Vyas, Morwani, Zhao, Kwun, Shapira, Brandfonbrener,
 Janson, Kakade, "SOAP: Improving and Stabilizing Shampoo using Adam", ICLR 2025, arXiv 2409.11321, Alg. 3; seed 001
-FedPAC, spec 001 §4.1 Alg. 4 and the code values of §7.4).
+FedPAC, Liu et al., "Taming Preconditioner Drift", ICML submission: Alg. 4 "Local SOAP", Table 8, and the values of
+the authors' code).
 
 Per parameter W with gradient G (a matrix: L is m×m, R is n×n; a tensor of any order: one factor per dimension of
 size ≤ ``max_precond_dim``, conv weights (out, in, kh, kw) get four; 1-D params none unless ``precondition_1d``):
@@ -10,17 +11,17 @@ size ≤ ``max_precond_dim``, conv weights (out, in, kh, kw) get four; 1-D param
     V ← β2 V + (1−β2) G'⊙G'                   second moment, in the eigenbasis
     N = Q_L [ (Q_Lᵀ M Q_R) / (sqrt(V) + ε) ] Q_Rᵀ
     W ← W − η·sqrt(1−β2ᵗ)/(1−β1ᵗ)·N, then W ← W·(1 − η·λ)     bias correction (``correct_bias``), decoupled decay
-    L ← β_s L + (1−β_s) G Gᵀ,  R ← β_s R + (1−β_s) Gᵀ G        after the step (spec 001 §10 item 9: the reference
+    L ← β_s L + (1−β_s) G Gᵀ,  R ← β_s R + (1−β_s) Gᵀ G        after the step (decision 001/#9: the reference
                                                               order; the current gradient never enters its own step)
     every f steps: Q ← QR(L·Q) with Q's columns sorted by the estimated eigenvalues diag(Qᵀ L Q), V's entries
-                   permuted alike (one power iteration, as the reference code; spec 001 §10 item 7)
+                   permuted alike (one power iteration, as the reference code; decision 001/#7)
 
 ``first_step``: ``init_only`` (default; the reference implementation's quirk: the first ``step()`` on a fresh state
 only sets L ← (1−β_s)GGᵀ, R likewise and Q ← eigh, without moving W, so a round of K steps makes K−1 updates:
-spec 001 §4.1 [C]) | ``adam`` (the first step is an Adam step in the identity basis, then L, R, Q are initialised
+the FedPAC authors' code) | ``adam`` (the first step is an Adam step in the identity basis, then L, R, Q are initialised
 from that gradient). State that arrives from outside (the aligned L, R of FedPAC) goes through :class:`SOAPAdapter`,
-whose ``refresh`` recomputes Q = eigh(L), eigh(R) (descending eigenvalues, spec 001 §4.1 [C]; Q is never averaged,
-§10 item 5); a state with L, R already present takes a full step at once.
+whose ``refresh`` recomputes Q = eigh(L), eigh(R) (descending eigenvalues, as the FedPAC authors' code; Q is never
+averaged, decision 001/#5 in docs/decisions.md); a state with L, R already present takes a full step at once.
 
 State per parameter (all tensors or ints, so it persists and travels): ``step``, ``exp_avg`` (M), ``exp_avg_sq``
 (V), ``GG<i>`` (the factor of dimension i: GG0 = L, GG1 = R for a matrix) and ``Q<i>``. Defaults are seed 001's
@@ -202,9 +203,9 @@ class SOAP(torch.optim.Optimizer):
 
 
 class SOAPAdapter(StateAdapter):
-    """SOAP's state for federated parts. ``theta`` (spec 001 §4.0, Θ = {L, R}) are the factors ``GG<i>``; importing
-    factors without their ``Q<i>`` recomputes Q by eigh (``refresh``), and a fresh state is completed around them
-    (M = V = 0, step 0) so the first step is a full step in the received basis."""
+    """SOAP's state for federated parts. ``theta`` (FedPAC paper, Sec. 3.2, Θ = {L, R}) are the factors ``GG<i>``;
+    importing factors without their ``Q<i>`` recomputes Q by eigh (``refresh``), and a fresh state is completed around
+    them (M = V = 0, step 0) so the first step is a full step in the received basis."""
 
     def param_kind(self, p: Tensor) -> str:
         return "soap"

@@ -1,6 +1,6 @@
 """Sophia: a clipped, diagonally preconditioned momentum step (Liu, Li, Hall, Liang, Ma, "Sophia: A Scalable
 Stochastic Second-order Optimizer for Language Model Pre-training", ICLR 2024, arXiv 2305.14342, Alg. 3; seed 001
-FedPAC, spec 001 §4.3 Alg. 8).
+FedPAC, Liu et al., "Taming Preconditioner Drift", ICML submission: Alg. 8 "Local Sophia").
 
 Per parameter θ with gradient g, momentum m and Hessian-diagonal EMA h:
 
@@ -15,8 +15,8 @@ Per parameter θ with gradient g, momentum m and Hessian-diagonal EMA h:
 Liu et al.'s Alg. 3 is γ = their γ, ρ = 1; FedPAC's Alg. 8 is γ = 1, ρ = their ρ; the two are the same family
 (clip(m/max(γh, ε), 1) = clip(m/max(h, ε/γ), γ)/γ). Defaults: seed 001 Table 8 (lr 3e-4, betas (0.9, 0.99),
 λ = 0.01 as the paper states; the released code hard-codes 0.1: set ``weight_decay=0.1``), γ = 1, ε = 1e-12 and
-ρ = 1 (spec 001 §10 item 12: ρ, ε not given; tuned once on Local Sophia, docs/decisions.md). State per parameter:
-``step`` (int), ``exp_avg`` (m), ``hessian`` (h); Θ = {h} (spec 001 §4.0) is what FedPAC aligns.
+ρ = 1 (the paper gives no ρ, ε; tuned once on Local Sophia, decision 001/#12 in docs/decisions.md). State per
+parameter: ``step`` (int), ``exp_avg`` (m), ``hessian`` (h); Θ = {h} (FedPAC paper, Sec. 3.2) is what FedPAC aligns.
 """
 from __future__ import annotations
 

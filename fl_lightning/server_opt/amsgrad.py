@@ -7,10 +7,12 @@ arXiv 2205.02719, Alg. 1; AMSGrad: Reddi, Kale & Kumar, ICLR 2018), descent conv
     v_hat <- max(v_hat, v)            x <- x - lr * m / (sqrt(v_hat) + tau)   (tau_mode="add": "FedAMSGrad", the
                                                                               Reddi et al. 2021 form with tau)
 
-v_hat never decreases (the max-stabilised denominator of spec 002's FedAMS/FedCAMS baselines). With ``max`` tau is
-a floor on v_hat (a squared quantity: tau=1e-6 floors sqrt(v_hat) at 1e-3). ``bias_correction`` (default False)
-divides m by (1 - beta1^t) and v_hat by (1 - beta2^t) (torch.optim.Adam(amsgrad=True) with ``tau_mode="add"``,
-``v0="zero"``; ``"step_size"``: lr sqrt(1 - beta2^t) / (1 - beta1^t), as adam.py); ``v0`` is the start of v and v_hat (default ``"zero"``, FedAMS; ``"tau2"`` as Reddi et al. Alg. 2).
+v_hat never decreases (the max-stabilised denominator of the FedAMS/FedCAMS baselines of seed 002, FedSMU App. G.5;
+decision 002/#6 in docs/decisions.md). With ``max`` tau is a floor on v_hat (a squared quantity: tau=1e-6 floors
+sqrt(v_hat) at 1e-3). ``bias_correction`` (default False) divides m by (1 - beta1^t) and v_hat by (1 - beta2^t)
+(torch.optim.Adam(amsgrad=True) with ``tau_mode="add"``, ``v0="zero"``; ``"step_size"``: lr sqrt(1 - beta2^t) /
+(1 - beta1^t), as adam.py); ``v0`` is the start of v and v_hat (default ``"zero"``, FedAMS; ``"tau2"`` as Reddi et
+al. Alg. 2).
 """
 from __future__ import annotations
 

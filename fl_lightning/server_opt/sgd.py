@@ -3,7 +3,8 @@
 FedAvg with a server learning rate eta_g (Reddi et al., "Adaptive Federated Optimization", ICLR 2021, arXiv
 2003.00295, Alg. 1 with SERVEROPT = SGD); ``lr=1`` is plain averaging. Bit-identical to ``ModelAverage(server_lr=lr)``
 when ``weight_decay = 0`` (the default). With ``lr = γ1``, ``weight_decay = γ2`` and g = −mean(u) it is FedSMU's
-server step x ← x + γ1·(mean u − γ2·x) (spec 002 Alg. 1 line 16): decoupled weight decay on the global model.
+server step x ← x + γ1·(mean u − γ2·x) (FedSMU paper, anonymous, under review: Alg. 1 line 16): decoupled weight
+decay on the global model.
 """
 from __future__ import annotations
 
