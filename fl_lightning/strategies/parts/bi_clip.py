@@ -1,5 +1,6 @@
 """BiClip: coordinate-wise two-sided clipping of the client's gradients (Lee, Zaheer & Li, "Efficient Distributed
-Optimization under Heavy-Tailed Noise" (TailOPT), 2025, arXiv 2502.04164; seed 003 baseline B11, Adam-BiClip).
+Optimization under Heavy-Tailed Noise" (TailOPT), 2025, arXiv 2502.04164; the client side of Adam-BiClip, one of the
+baselines seed 003 (Zhang & Gao) names in Sec. 7).
 
 Every local step, before the local optimizer (SGD, lr η_l):
 
@@ -7,10 +8,10 @@ Every local step, before the local optimizer (SGD, lr η_l):
 
 clipped from BELOW to d_t (small coordinates are raised, so the step is partly sign-like) and from ABOVE to u_t
 (heavy-tailed coordinates are cut). An exactly zero coordinate stays zero (sign 0). The schedules t^γ, t^ζ follow a
-public re-implementation of the official code (BiClipSGD_Full: thresholds × global_epoch^exponent, t ≥ 1; spec 003
-B11); the paper gives no threshold values: d, u (and γ, ζ) are TUNED values. That re-implementation's lr ∝ t^ν is
-not here: the run's learning-rate schedule (``fl.lr_schedule``) plays that role. The "Adam" outer optimizer is the
-server's (``ModelAverage(server_opt=Adam)``, as FedAdam).
+public re-implementation of the official code (BiClipSGD_Full: thresholds × global_epoch^exponent, t ≥ 1;
+docs/decisions.md, seed 003 baselines, BiClip rows); the paper gives no threshold values: d, u (and γ, ζ) are TUNED
+values. That re-implementation's lr ∝ t^ν is not here: the run's learning-rate schedule (``fl.lr_schedule``) plays
+that role. The "Adam" outer optimizer is the server's (``ModelAverage(server_opt=Adam)``, as FedAdam).
 """
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """EF21Aggregation: EF21 (Richtárik, Sokolov & Fatkhullin, NeurIPS 2021, arXiv 2106.05203, Alg. 1) with local steps
 and partial participation (EF21-PP: Fatkhullin, Sokolov, Gorbunov, Li & Richtárik 2021, arXiv 2110.03294, Alg. 6).
 
-The client's "gradient" is its pseudo-gradient ∇̂_i = x − y_{i,K} (the model delta, negated; how seed 002 adapted
-EF21 to local epochs is not stated, spec 002 §3.12). Client i keeps g_i (zero at the start) and the server keeps g:
+The client's "gradient" is its pseudo-gradient ∇̂_i = x − y_{i,K} (the model delta, negated; how seed 002 adapted EF21
+to local epochs is not stated: its App. G.4 / Table 15 only name EF21). Client i keeps g_i (zero at the start) and the
+server keeps g:
 
     c_i ← C(∇̂_i − g_i);  g_i ← g_i + c_i;  upload c_i                      (C = ``codec``, TopK 1 % by default)
     g ← g + (1/m)·Σ_{i ∈ S} c_i      (``partial: all``, EF21-PP: g stays the mean of all m clients' g_i)
@@ -10,7 +11,7 @@ EF21 to local epochs is not stated, spec 002 §3.12). Client i keeps g_i (zero a
     x ← x − γ·g                      (γ = ``server_lr``)
 
 With full participation and the identity compressor both rules are FedAvg (γ = 1). Float buffers (norm
-statistics) travel dense and are averaged. Decision 002/#6.
+statistics) travel dense and are averaged. Decision 002/#6 in docs/decisions.md.
 """
 from __future__ import annotations
 

@@ -5,28 +5,31 @@ Algorithm 1 / Eq. (3) and the appendix's practical Algorithm 2:
 
     x_i^{r,k+1} = x_i^{r,k} - η_r [ (1-α)·U Vᵀ + α·Δ_G^r ],      Δ_G^{r+1} = -(1/(S K η_r)) Σ_i (x_i^{r,K} - x^r)
 
-implemented as in spec 004 §3.5.4 (paper way, [REC]):
+implemented with the paper's Δ_G (our choice; the same steps as the authors' code, ``update_FedMuon``, which stores
+avgΔ/η instead):
 
   * ``client_start``: every param group of the client's optimizer gets its lr multiplied by (1-α) (so the local
     optimizer's step is η_r(1-α)·direction; decoupled weight decay then uses the same scaled lr, as the authors'
-    code, AMBIG-5);
+    code, decision 004/AMBIG-5 in docs/decisions.md);
   * ``after_step``: for every trainable p, p ← p - η_r·α·Δ_G[p] (applied after the optimizer step, which is the
     bracketed formula; the code does the same);
   * ``broadcast(r)``: Δ_G^r = -(x^r - x^{r-1}) / (K·η_{r-1}) from the previous round's applied global update
-    (= avgΔ^{r-1} for the plain mean with server lr 1), zero in round 0 (AMBIG-9). Computed lazily from a copy of
-    x^{r-1}, so the part's position relative to the aggregation part does not matter.
+    (= avgΔ^{r-1} for the plain mean with server lr 1), zero in round 0 (decision 004/AMBIG-9). Computed lazily from
+    a copy of x^{r-1}, so the part's position relative to the aggregation part does not matter.
 
 η_r = ``lr`` × the round's schedule factor. Over the K local steps of round r the alignment term alone re-applies
 α·(η_r/η_{r-1})·avgΔ^{r-1}, i.e. exactly α·avgΔ^{r-1} with a constant lr (tested). The base ``lr`` cancels between
 Δ_G and the step; it only sets Δ_G's units (the paper's η). K is ``fl.local_steps`` (with ``fl.local_epochs`` it is
 the mean step count of last round's clients, uploaded as a 0-d tensor).
 
-Options: ``alpha`` (paper default 0.5; 0 = no alignment, ablation A2), ``scale_optimizer_lr`` (default true: the
-(1-α) factor on the optimizer; false = the optimizer keeps its own lr: FedLADA's code adds γ·D/K on top of a full
-Adam step), ``scale_weight_decay`` (default true: the weight decay rides on the scaled lr, so it shrinks by (1-α) too,
-AMBIG-5 / 001/#13; false divides the groups' ``weight_decay`` by (1-α) so the decay stays η·λ·x: FedCM as spec 001
-§5.3 and seed 004's vision code write it, x ← x − η((1−γ)g + γD + λx)), ``init`` (Δ_G^0: ``zero``, AMBIG-9; ``grad`` = (1/n) Σ_i ∇F_i(x^0; ξ_i), the mean over ALL clients of one
-probe minibatch gradient at x^0, taken at setup: Cheng, Huang, Wu & Yuan's FedAvg-M, spec 003 B3's g^0).
+Options: ``alpha`` (paper default 0.5; 0 = no alignment, the paper's ablation without Δ_G, Table 5),
+``scale_optimizer_lr`` (default true: the (1-α) factor on the optimizer; false = the optimizer keeps its own lr:
+FedLADA's code adds γ·D/K on top of a full Adam step), ``scale_weight_decay`` (default true: the weight decay rides on
+the scaled lr, so it shrinks by (1-α) too, decisions 004/AMBIG-5, 001/#13; false divides the groups' ``weight_decay`` by
+(1-α) so the decay stays η·λ·x: FedCM as the released code of seed 001 and seed 004's vision code write it,
+x ← x − η((1−γ)g + γD + λx)), ``init`` (Δ_G^0: ``zero``, decision 004/AMBIG-9; ``grad`` = (1/n) Σ_i ∇F_i(x^0; ξ_i),
+the mean over ALL clients of one probe minibatch gradient at x^0, taken at setup: Cheng, Huang, Wu & Yuan's FedAvg-M
+as we read its g^0, decision 003/#9).
 
 The same part is the global momentum of FedCM (Xu, Wang, Wang & Qi 2021, arXiv 2106.10874: d = α_cm g + (1−α_cm)Δ,
 so ``alpha`` = 1 − α_cm) and of FedAvg-M (Cheng et al., ICLR 2024, arXiv 2306.16504, Alg. 1:

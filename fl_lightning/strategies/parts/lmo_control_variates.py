@@ -1,4 +1,4 @@
-"""LMOControlVariates: SCAFFOLD-style control variates *inside* the LMO (seed 000 FedMuon, Alg. 1; spec 000 §4.1).
+"""LMOControlVariates: SCAFFOLD-style control variates *inside* the LMO (seed 000 FedMuon, Sec. 4, Alg. 1).
 
 Seed 000 ("FedMuon: federated learning with bias-corrected LMO-based optimization", anonymous ICLR submission),
 Algorithm 1 lines 6–17 and Eqs. (8)–(9). Client i keeps its EMA momentum M_i and a control variate C_i; the
@@ -7,10 +7,11 @@ server keeps C. Every local step (line 8–9, with the local optimizer :class:`f
 
     M_i ← (1-α) M_i + α ∇F_i(X_i; ξ)                       (line 8, the optimizer's momentum_buffer)
     G_i = M_i - C_i + C                                    (Eq. 8: Muon.set_correction({p: C - C_i}))
-    X_i ← X_i + η·s(d1,d2)·lmo(G_i)                        (line 9, Eq. 9; s = per-layer scale, spec 000 §3.4)
+    X_i ← X_i + η·s(d1,d2)·lmo(G_i)                        (line 9, Eq. 9; s = per-layer scale, Sec. 7.1)
 
 and at the end of the round C_i ← M_i (line 11), upload ΔC_i = C_i^{new} - C_i^{old} (line 12; equivalent to
-sending C_i^{new}), server C ← C + (1/n) Σ_{i∈S} ΔC_i (line 17; the paper's "1/N" is the typo A7 for 1/n).
+sending C_i^{new}), server C ← C + (1/n) Σ_{i∈S} ΔC_i (line 17; the paper's "1/N" is a typo for 1/n, decision
+000/A7 in docs/decisions.md; the scale s is decision 000/A1).
 
 What this part does (the local optimizer, the model upload and the (n-S)/n rule are other parts):
 
@@ -24,18 +25,20 @@ What this part does (the local optimizer, the model upload and the (n-S)/n rule 
 So the local optimizer may run with ``state: reset``: the momentum persists through C_i (one model-sized tensor
 per client in the ClientStateStore instead of two).
 
-Options (spec 000 §9):
-  * ``init`` (A6): ``grad`` (default; theory, Thms 2–3: every one of the n clients takes one minibatch gradient at
-    X^{(0)} via ``ServerContext.probe_gradient``; M_i = C_i = g_i, C = mean_i g_i; with several processes each
-    process probes the clients it owns and C is all-reduced) | ``zero`` (M_i = C_i = C = 0: round 0 is
-    LocalMuon, Thm 1's setting).
-  * ``correct_1d`` (A4): ``true`` (default, option A: non-matrix params take x ← x - η_sgd·(M - C_i + C), the
-    "single matrix" view of Alg. 1) | ``false`` (option B: plain momentum SGD on ndim < 2 params; no C/ΔC for
-    them, their momentum still persists through C_i).
-  * The aggregation rule (A8) is the ModelAverage part's ``rule`` (``n_minus_s`` default, ``mean`` alternative).
+Options (points the paper leaves open):
+  * ``init`` (decision 000/A6): ``grad`` (default; theory, Thms 2–3: every one of the n clients takes one minibatch
+    gradient at X^{(0)} via ``ServerContext.probe_gradient``; M_i = C_i = g_i, C = mean_i g_i; with several
+    processes each process probes the clients it owns and C is all-reduced) | ``zero`` (M_i = C_i = C = 0: round 0
+    is LocalMuon, Thm 1's setting).
+  * ``correct_1d`` (decision 000/A4): ``true`` (default, option A: non-matrix params take
+    x ← x - η_sgd·(M - C_i + C), the "single matrix" view of Alg. 1) | ``false`` (option B: plain momentum SGD on
+    ndim < 2 params; no C/ΔC for them, their momentum still persists through C_i).
+  * The aggregation rule (decision 000/A8) is the ModelAverage part's ``rule`` (``n_minus_s`` default, ``mean``
+    alternative).
 
-Removing the LMO (``Muon(lmo="neg_identity", scale_mode="none")``) and α = 1 gives the SCAFFOLD variant of
-spec 000 §4.1 with c_i = the last local stochastic gradient (tested in tests/fidelity/test_fedmuon_identities.py).
+Removing the LMO (``Muon(lmo="neg_identity", scale_mode="none")``) and α = 1 gives the SCAFFOLD variant the
+paper says FedMuon recovers (Sec. 4; decision 000/A20), with c_i = the last local stochastic gradient (tested in
+tests/fidelity/test_fedmuon_identities.py).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LocalLionStep: Fed-LocalLion's client-side Lion step on top of local SGD (seed 002 Alg. 6, spec 002 §3.7).
+"""LocalLionStep: Fed-LocalLion's client-side Lion step on top of local SGD (seed 002 App. H, Alg. 6).
 
 After the K local SGD steps, with g = y_K − x (the model delta) and the client's persistent momentum m (zero at its
 first participation, frozen while it is not sampled):
@@ -7,7 +7,7 @@ first participation, frozen while it is not sampled):
 
 and the dense Δ = y − x is uploaded by the ``ModelAverage`` part that follows (list this part before it). The
 pseudo-code (no momentum upload, full-precision Δ) is implemented, not App. G.1's wording "server performing model
-and momentum aggregation" (spec 002 §10 item 18, decision 002/#18). m lives in the client's state under
+and momentum aggregation" (decision 002/#18 in docs/decisions.md). m lives in the client's state under
 ``<part>/<param>/m`` (fp32 at least); ``lion_update`` (fl_lightning/optim/lion.py) is the shared pure function.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ class LocalLionStep(Part):
     def __init__(self, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.99, weight_decay: float = 0.01):
         for name, b in (("beta1", beta1), ("beta2", beta2)):
             if not 0 <= float(b) < 1:
-                raise ConfigError(name, f"must be in [0, 1), got {b}", "use e.g. 0.9 (spec 002 §6.6)")
+                raise ConfigError(name, f"must be in [0, 1), got {b}", "use e.g. 0.9 (FedSMU App. A)")
         if not float(lr) > 0 or not float(weight_decay) >= 0:
             raise ConfigError("lr", f"lr must be > 0 and weight_decay >= 0, got {lr}, {weight_decay}",
                               "use the paper's gamma1 = 0.001, gamma2 = 0.01")

@@ -7,7 +7,8 @@ matrix / non-matrix split). Every group key ending in ``lr`` is multiplied by th
 ``state``:
   * ``reset``      fresh optimizer state every round (FedAvg as usually run; seed 004's clients);
   * ``persistent`` each client keeps its own optimizer state across rounds in the ClientStateStore
-                   (seed 000's LocalMuon/FedMuon keep M_i; the default it recommends for its baselines, A10).
+                   (seed 000's LocalMuon/FedMuon keep M_i; the recommended default for its baselines, decision
+                   000/A10 in docs/decisions.md).
                    The whole state travels (per-param tensors, numbers, lists of tensors, group counters: see
                    fl_lightning/optim/state.py); a state that cannot be stored as tensors is an error, never dropped.
 """

@@ -1,15 +1,16 @@
-"""MagnitudeUniformity: seed 002's Magnitude Uniformity index Φ_t (Def. 3.1, spec 002 §5), logged per round as ``mu``
+"""MagnitudeUniformity: seed 002's Magnitude Uniformity index Φ_t (Sec. 3.2, Def. 3.1), logged per round as ``mu``
 (and ``mu_frac`` = Φ_t / d_sub).
 
     Φ_t = Σ_j (Σ_i ĝ_ij)² / (n · Σ_i ĝ_ij²)
 
-over the n **participating** clients (spec §5: with all clients, FedAvg's reported values would be impossible) and
-the coordinates j of a block of d_sub entries; ĝ_ij is the magnitude of what client i uploaded in coordinate j: the
-reconstruction the aggregation part left in ``client.model_update`` (FedAvg: |x_i − x|; FedSMU: |u_i|,
-so every summand is 1 and Φ = d_sub exactly), else the model delta. Each summand is Jain's fairness index of the
+over the n **participating** clients (derived: with all clients, FedAvg's values in the paper's Table 18 would be
+impossible) and the coordinates j of a block of d_sub entries; ĝ_ij is the magnitude of what client i uploaded in
+coordinate j: the reconstruction the aggregation part left in ``client.model_update`` (FedAvg: |x_i − x|; FedSMU:
+|u_i|, so every summand is 1 and Φ = d_sub exactly), else the model delta. Each summand is Jain's fairness index of the
 clients' magnitudes, in [1/n, 1]; coordinates where every ĝ is 0 are skipped (0/0).
 
-The block (decision 002/#27; the paper's is unstated, its FedSMU value 192.00 points at a 192-unit block):
+The block (decision 002/#27 in docs/decisions.md; the paper's is unstated, its FedSMU value 192.00 points at a
+192-unit block):
 ``block: auto`` is the bias of the last hidden ``nn.Linear`` (the one before the output layer: seed 002's CNN's fc2,
 192 units), or a parameter name; ``mode``: ``coords`` (the block's entries), ``rows`` (the L2 norm of each row of
 that Linear's weight, or of the named tensor: 192 rows of fc2.weight), ``all`` (every trainable coordinate).

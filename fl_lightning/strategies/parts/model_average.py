@@ -4,17 +4,18 @@ Rules (``rule``):
   * ``mean``       x <- x + server_lr * sum_i w_i (x_i - x) / sum_i w_i        (FedAvg, McMahan et al. 2017;
                    w_i = client data size with ``weighting=num_samples``, 1 with ``uniform``)
   * ``n_minus_s``  x <- ((n-S)/n) x + (1/n) sum_{i in S} x_i = x + (1/n) sum_i (x_i - x)
-                   (seed 000, Algorithms 1/3/4 line "X^{(r+1)}", spec 000 §3.5; uniform weights)
+                   (seed 000, Alg. 1 line 18, Alg. 3 line 10, Alg. 4 line 15; uniform weights)
   * ``majority_vote``  D = sign(sum_i w_i u_i) on the trainable parameters, ties -> 0 (signSGD with majority vote,
-                   Bernstein et al., ICLR 2019, arXiv 1810.05291; FedSMU-MV, spec 002 §3.10: with server_opt SGD
-                   lr gamma1, weight_decay gamma2 it is x <- x + gamma1 (sign(sum_i u_i) - gamma2 x)); buffers: mean
+                   Bernstein et al., ICLR 2019, arXiv 1810.05291; seed 002's FedSMU-MV, App. G.3, described in words
+                   only, our reading, decision 002/#20 in docs/decisions.md: with server_opt SGD lr gamma1,
+                   weight_decay gamma2 it is x <- x + gamma1 (sign(sum_i u_i) - gamma2 x)); buffers: mean
 Uploading the delta instead of x_i is the same sum and keeps the streaming accumulator well conditioned.
 
 ``codec``: a codec (``fl_lightning/codecs/``) applied to each trainable parameter's delta x_i - x before upload,
 with the client's persistent state (codecs with memory: ``ErrorFeedback``, ``LionMomentum``) and generator (and
 the client itself for codecs with ``uses_client``: ``SignSteps`` reads K and the lr factor); the
 server aggregates what the codec rebuilds and the wire carries its exact bits. ``null`` = dense. Float buffers
-(norm statistics) always travel dense. FedSMU (spec 002 Alg. 1) is ``codec: LionMomentum(Sign())`` with uniform
+(norm statistics) always travel dense. FedSMU (seed 002 Alg. 1) is ``codec: LionMomentum(Sign())`` with uniform
 weights and server SGD (lr gamma1, weight_decay gamma2); FedEF-Sign is ``codec: ErrorFeedback(ScaledSign())``.
 What was uploaded (the reconstruction, per parameter name) is left in ``client.model_update`` for
 diagnostics in later parts (``MagnitudeUniformity``).

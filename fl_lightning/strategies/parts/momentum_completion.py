@@ -1,5 +1,5 @@
-"""MomentumCompletion: FedSMUM's momentum update for the clients that were not sampled (seed 002 Alg. 7 lines 15-18,
-spec 002 §3.8), through the loop's idle-client seam (``uses_idle_clients``).
+"""MomentumCompletion: FedSMUM's momentum update for the clients that were not sampled (seed 002 Sec. 5.2.5,
+App. H Alg. 7 lines 15-18), through the loop's idle-client seam (``uses_idle_clients``).
 
 Every client receives the global model x_t each round (the downlink is charged to ALL clients: this part
 broadcasts the model under ``MODEL_KEY`` with ``to="all"``). A client j not sampled in round t does no training and
@@ -11,7 +11,7 @@ no upload, and updates the Lion momentum kept by the FedSMU codec (``LionMomentu
     y_j ← x_t
 
 A sampled client stores its trained model y_{t,K} as y_j. The verbatim form's scale (γ1²·Ū instead of a model
-delta) is spec 002 §10 item 17 (decision 002/#17). State per client: m_j (the codec's) and y_j (one model each).
+delta) is decision 002/#17 in docs/decisions.md. State per client: m_j (the codec's) and y_j (one model each).
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class MomentumCompletion(Part):
         if scale not in self.SCALES:
             raise ConfigError("scale", f"unknown value {scale!r}", f"use one of {', '.join(self.SCALES)}")
         if not 0 <= float(beta2) < 1:
-            raise ConfigError("beta2", f"must be in [0, 1), got {beta2}", "use e.g. 0.99 (spec 002 §6.6)")
+            raise ConfigError("beta2", f"must be in [0, 1), got {beta2}", "use e.g. 0.99 (FedSMU App. A)")
         self.g1, self.g2, self.beta2 = float(gamma1), float(gamma2), float(beta2)
         self.s = self.g1 if scale == "gamma1" else 1.0
         self.momentum_of = momentum_of

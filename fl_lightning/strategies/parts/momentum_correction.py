@@ -1,5 +1,6 @@
 """MomentumCorrection: the client direction of Cheng et al.'s SCAFFOLD-M / FedAvg-VR / SCAFFOLD-VR and of Yan et al.'s
-PAdaMFed / PAdaMFed-VR (spec 003 §3.2 B4–B8), written as one equation.
+PAdaMFed / PAdaMFed-VR (baselines that seed 003, Zhang & Gao, names in Sec. 7 without their rules), written as one
+equation.
 
 Cheng, Huang, Wu & Yuan, "Momentum Benefits Non-IID Federated Learning Simply and Provably", ICLR 2024, arXiv
 2306.16504; Yan, Zhang, Wang & Cao, "Problem-Parameter-Free Federated Learning", ICLR 2025. Every local step replaces
@@ -13,19 +14,22 @@ PAdaMFed-VR: the second gradient is taken at the previous round's global model o
 ``normalize`` (PAdaMFed): v ← v / ‖v‖, one L2 norm over all trainable parameters (a zero v stays zero).
 
 Control variates (``control``): c_i^{r+1} = the mean of the round's RAW minibatch gradients ∇F_i(x_i^{r,k}; ξ)
-(spec 003 B4), uploaded as c_i^{r+1} − c_i^r; c ← c + (1/n) Σ_{i∈S} (c_i^{r+1} − c_i^r); c = c_i = 0 at the start
-(SCAFFOLD's; Cheng et al.'s initialisation of c is not pinned: spec 003 B4 gives none).
+(SCAFFOLD-M's rule as we read Cheng et al.; not in seed 003), uploaded as c_i^{r+1} − c_i^r;
+c ← c + (1/n) Σ_{i∈S} (c_i^{r+1} − c_i^r); c = c_i = 0 at the start (SCAFFOLD's; Cheng et al.'s initialisation of c
+is not pinned: our choice).
 
 The global direction g^{r+1} (``momentum``):
   * ``direction`` (Cheng et al. Alg. 1–2): the mean local direction (1/(η S K)) Σ_{i∈S} (x^r − x_i^{r,K}), computed
     lazily at the next broadcast from x^{r+1} − x^r (plain averaging, γ = ηK; the model is the ModelAverage part's);
-  * ``control`` (PAdaMFed, spec 003 B7): g^{r+1} = β (c^r + (1/|S|) Σ_{i∈S} Δc_i) + (1−β) g^r.
-g^0 (``init``): ``grad`` = (1/n) Σ_i ∇F_i(x^0; ξ_i) over ALL clients (spec 003 B3's reading, as fedavgm) | ``zero``.
+  * ``control`` (PAdaMFed, Yan et al.'s server rule as we read it):
+    g^{r+1} = β (c^r + (1/|S|) Σ_{i∈S} Δc_i) + (1−β) g^r.
+g^0 (``init``): ``grad`` = (1/n) Σ_i ∇F_i(x^0; ξ_i) over ALL clients (our reading for FedAvg-M, as fedavgm; decision
+003/#9 of docs/decisions.md) | ``zero``.
 
 x^{r−1} for the VR methods (``prev_model``): ``downlink`` (default) sends it to the sampled clients with x^r and
 charges it (P bytes; round 0 uses x^{−1} = x^0, free); ``client``: every client keeps the x^{r−1} it received last
-round, so nothing more travels (the papers' accounting, spec 003 §3.3); that needs full participation and is refused
-otherwise (x^{r−1} is then held by the server for all clients at once: under full participation it is the same
+round, so nothing more travels (the papers' accounting: clients hold x^{r−1}); that needs full participation and is
+refused otherwise (x^{r−1} is then held by the server for all clients at once: under full participation it is the same
 tensor on every client).
 """
 from __future__ import annotations

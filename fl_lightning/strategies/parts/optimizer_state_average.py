@@ -3,9 +3,9 @@ round from the average. Seed 003 FedMuon's momentum averaging, seed 004 FedMuon'
 part carries Sophia's h, SOAP's L and R or Adam's v (any entry the optimizer's state adapter exports).
 
 Seed 003 (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning"), Alg. 1 line 7: every τ local steps
-X̄ = mean_k X^{(k)} and **M̄ = mean_k M^{(k)}**, both broadcast, and every worker restarts from them (spec 003
-§3.1.2). Seed 004 (Liu et al., "FedMuon: Accelerating Federated Learning with Matrix Orthogonalization"),
-Alg. 1: M_i^{r,0} ← M̄^r, M̄^{r+1} = (1/S) Σ_i M_i^{r,K} over the Muon (matrix) parameters (spec 004 §3.5.4).
+X̄ = mean_k X^{(k)} and **M̄ = mean_k M^{(k)}**, both broadcast, and every worker restarts from them (Sec. 4,
+Alg. 1 lines 6–7). Seed 004 (Liu et al., "FedMuon: Accelerating Federated Learning with Matrix Orthogonalization"),
+Alg. 1: M_i^{r,0} ← M̄^r, M̄^{r+1} = (1/S) Σ_i M_i^{r,K} over the Muon (matrix) parameters (Sec. 5.2).
 
     client_start  import M̄ (received) through the optimizer's state adapter (fl_lightning/optim/adapters.py: the
                   missing entries are completed, numbers cast to the optimizer's type, derived state refreshed)
@@ -13,21 +13,21 @@ Alg. 1: M_i^{r,0} ← M̄^r, M̄^{r+1} = (1/S) Σ_i M_i^{r,K} over the Muon (mat
                   momentum: seed 003 Alg. 1 line 1)
     client_end    upload the exported entries (one Msg per param and entry; ``codec`` e.g. a truncated SVD)
     server_update M̄ ← uniform mean of the uploads (over the sampled clients)
-    broadcast     M̄ (dense; the mean of S low-rank matrices is not low-rank, spec 004 §3.5.5)
+    broadcast     M̄ (dense, as in the authors' code; the mean of S low-rank matrices is not low-rank)
 
 Options:
   * ``params``: ``muon`` (params whose adapter kind is ``muon``: the Muon optimizer's matrix groups; seed 004: "M̄
     for every Muon-handled matrix", the AdamW state of 1-D params starts fresh every round) | ``all`` (every
     trainable param that has the state).
   * ``state_keys``: which optimizer-state entries travel, or ``all`` (every entry the adapter lists for the
-    param), or ``theta`` (the preconditioner Θ of spec 001 §4.0 the adapter names: Muon's m, Sophia's h, SOAP's
+    param), or ``theta`` (the preconditioner Θ of seed 001 Sec. 3.2 the adapter names: Muon's m, Sophia's h, SOAP's
     L and R; FedPAC's alignment). ``[momentum_buffer]`` (Muon / SGD momentum) by default;
-    seed 003's recommended default also averages the aux AdamW moments (spec 003 §3.1.5,
-    ``avg_aux_optimizer_state = True``): ``[momentum_buffer, exp_avg, exp_avg_sq, step]`` (``step`` travels as a
+    the recommended default for seed 003 also averages the aux AdamW moments (the paper is silent; decision
+    003/#6 in docs/decisions.md): ``[momentum_buffer, exp_avg, exp_avg_sq, step]`` (``step`` travels as a
     0-d tensor so Adam's bias correction continues; the alternative ``[momentum_buffer]`` keeps AdamW per-round).
-  * ``init``: ``zero`` (seed 004: M̄^1 = 0, AMBIG-9) | ``grad`` (seed 003 Alg. 1 line 1: M_0^{(k)} = the worker's
-    own stochastic gradient at X_0, not averaged; taken with ``ServerContext.probe_gradient`` at setup).
-  * ``codec``: a codec object (``fl_lightning/codecs/``); null = dense. FedMuon_SVD (spec 004 §3.5.5) uses
+  * ``init``: ``zero`` (seed 004: M̄^1 = 0, decision 004/AMBIG-9) | ``grad`` (seed 003 Alg. 1 line 1: M_0^{(k)} = the
+    worker's own stochastic gradient at X_0, not averaged; taken with ``ServerContext.probe_gradient`` at setup).
+  * ``codec``: a codec object (``fl_lightning/codecs/``); null = dense. FedMuon_SVD (seed 004 Sec. 5.2, Table 7) uses
     ``fl_lightning.codecs.LowRankSVD``: matrix momenta travel as (U_r, S_r, V_r), ``Msg.nbits`` = the bits of the
     three factors; rank by ``mode`` ∈ {storage_frac (default, r = int(frac·m·n/(m+n+1))), rank_frac (r =
     int(frac·min(m, n)))} with ``frac`` (default 0.05). 0-d entries (Adam's ``step``) travel as one float64.

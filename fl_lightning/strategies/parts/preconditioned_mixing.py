@@ -1,12 +1,13 @@
 """PreconditionedMixing: the server mixes the client models through their diagonal preconditioners (FedPM).
 
-FedPM (Ishii et al. 2025, arXiv 2511.09100; a baseline of seed 001, spec 001 §5.6 [E]): instead of the plain mean,
+FedPM (Ishii et al. 2025, arXiv 2511.09100; a baseline of seed 001, Tables 12–13, which only names it: the rule is
+the cited original's): instead of the plain mean,
 
     x^{r+1} = (Σ_i P_i)^{-1} Σ_i P_i x_i^{r,K}
 
 with P_i = diag(h_i), h_i the client's final diagonal curvature (Sophia's Hessian EMA, the entry its state adapter
 names as Θ; ``state_keys``), i.e. an element-wise h-weighted average of the client models. Damped as
-P_i = diag(h_i + λ) (``damping`` λ > 0; our choice, the spec does not give one): a coordinate where every client's
+P_i = diag(h_i + λ) (``damping`` λ > 0; our choice; seed 001 gives none): a coordinate where every client's
 h is 0 gets the plain mean, and λ → ∞ is FedAvg. Written on deltas, which is the same mixing:
 
     x^{r+1} = x^r + Σ_i (h_i + λ) ⊙ (x_i − x^r) / (Σ_i h_i + S·λ)

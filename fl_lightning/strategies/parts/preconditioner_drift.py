@@ -1,15 +1,16 @@
 """PreconditionerDrift: the preconditioner drift Δ_D of seed 001 (FedPAC), logged per round as ``precond_drift``.
 
 Seed 001 (Liu, Shang, Liu, Liu, An, Liu, "Taming Preconditioner Drift: Unlocking the Potential of Second-Order
-Optimizers for Federated Learning on Non-IID Data"), appendix eq. (15) (spec 001 §6.1):
+Optimizers for Federated Learning on Non-IID Data"), appendix eq. (15), i.e. Def. 1 (Sec. 3.3, eq. (7)) over the
+round's clients:
 
     Θ̄^{r,K} = (1/S) Σ_{i∈S_r} Θ_i^{r,K},        Δ_D^r = (1/S) Σ_{i∈S_r} ‖Θ_i^{r,K} − Θ̄^{r,K}‖²
 
-over the participating clients, with ‖·‖² the squared Frobenius norm summed over every Θ tensor (spec 001 §10 item
-15 / [E] (a); the per-layer spectral variant of Fig. 3 is not computed). Θ is what the optimizer's state adapter
-names (``theta``: SOAP's L, R; Sophia's h; Muon's m; fl_lightning/optim/adapters.py), read at the end of the round,
-before any codec: the clients' true states, also for a light variant and for Local-X (where Θ̄ is never broadcast,
-spec §6.1 [E]).
+over the participating clients, with ‖·‖² the squared Frobenius norm summed over every Θ tensor (decision 001/#15
+in docs/decisions.md, our choice, as the authors' code's ``preconditioner_drift()``; the per-layer spectral variant
+of Fig. 3 is not computed). Θ is what the optimizer's state adapter names (``theta``: SOAP's L, R; Sophia's h; Muon's
+m; fl_lightning/optim/adapters.py), read at the end of the round, before any codec: the clients' true states, also
+for a light variant and for Local-X (where Θ̄ is never broadcast; our choice).
 
 Computed exactly from streaming sums in fp64 through the metrics channel: every client uploads its Θ_i in fp64 and
 the scalar ‖Θ_i‖² (diagnostic messages, ``nbits = 0``: they are not part of the method and cost no bits); the server

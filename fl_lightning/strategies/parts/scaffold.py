@@ -9,18 +9,20 @@ At the end of the round the client sets c_i⁺ (``control``), uploads Δc_i = c_
 the server does c ← c + (1/n) Σ_{i∈S} Δc_i (line 17; n = all clients). The model upload and the server's model
 step are the ModelAverage part (η_g = 1 with ``rule: mean``).
 
-``control`` (spec 000 §4.4 / A9, spec 003 B2, spec 004 §3.6):
-  * ``mean_grad`` (default; spec 000 §4.4's recommendation): c_i⁺ = the mean of the raw (uncorrected) minibatch
-    gradients of the round. Equals option II for plain SGD and stays meaningful with momentum or Adam.
+``control`` (seeds 000, 003 and 004 name SCAFFOLD without writing it out; decisions 000/A9, 003/#9, 004/AMBIG-10 in
+docs/decisions.md):
+  * ``mean_grad`` (default; the recommended form for seed 000's baselines, decision 000/A9): c_i⁺ = the mean of the
+    raw (uncorrected) minibatch gradients of the round. Equals option II for plain SGD and stays meaningful with
+    momentum or Adam.
   * ``option2``: c_i⁺ = c_i - c + (x - y_i)/(K η_l) (the paper's option II; η_l = the client optimizer's lr for
     that parameter in this round, K = the local steps done).
   * ``last_grad``: c_i⁺ = the last raw minibatch gradient of the round: the "SCAFFOLD variant" that seed 000's
-    FedMuon reduces to with lmo → -G and α = 1 (spec 000 §4.1, A20); used by the identity tests.
+    FedMuon reduces to with lmo → -G and α = 1 (seed 000 Sec. 4, decision 000/A20); used by the identity tests.
   * ``option1``: c_i⁺ = ∇F_i(x; ξ') at the received server model x on a fresh minibatch (the paper's option I;
     one extra gradient per round, taken at ``client_start`` through ``ClientContext.extra_gradient``).
 
-``correction_applied`` (default true). ``false`` reproduces the released code of seeds 001 and 004 (spec 001 §5.2
-[C], 001/#19; spec 004 §3.6 [CODE], AMBIG-10): they add the correction to the loss as ``(p * (c - c_i)).sum().item()``,
+``correction_applied`` (default true). ``false`` reproduces the released code of seeds 001 and 004 (decisions
+001/#19 and 004/AMBIG-10): they add the correction to the loss as ``(p * (c - c_i)).sum().item()``,
 a constant, so it never reaches the gradient and the local steps are plain SGD (why their SCAFFOLD ties FedAvg);
 c, c_i are still computed and both still travel. Their c_i kept per Ray actor (10 actors for 100 clients) instead
 of per client is not reproduced. Only for reproducing those tables; never the default.

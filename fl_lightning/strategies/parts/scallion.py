@@ -1,6 +1,7 @@
 """Scallion: SCALLION (Huang, Li & Li, "Stochastic Controlled Averaging for Federated Learning with Communication
-Compression", arXiv 2308.08165, 2023; spec 002 §3.12): SCAFFOLD rewritten so that one compressed incremental vector
-goes up, with an unbiased compressor. Server state x, c; client state c_i (all zero at the start):
+Compression", arXiv 2308.08165, 2023; a baseline seed 002 does not write out): SCAFFOLD rewritten so that one
+compressed incremental vector goes up, with an unbiased compressor. Server state x, c; client state c_i (all zero
+at the start):
 
     client:  y ← x; K times  y ← y − η(∇F_i(y, ξ) − c_i + c)       (this part corrects p.grad; plain SGD after it)
              δ_i ← C((x − y)/(K·η) − c)                              (C = ``codec``: RandK from the client's generator)
@@ -10,7 +11,8 @@ goes up, with an unbiased compressor. Server state x, c; client state c_i (all z
 Since the local steps add −c_i + c, (x − y)/(K·η) = ḡ_i − c_i + c (ḡ_i: the mean raw gradient), so the increment
 (x − y)/(K·η) − c = ḡ_i − c_i is SCAFFOLD's option-II Δc_i (Karimireddy et al., ICML 2020, arXiv 1910.06378,
 Alg. 1 line 12): with the identity compressor and α = 1 this is SCAFFOLD with η_g·K·η·(c + mean δ_i) = −η_g·mean Δy_i
-(the paper's premise, "an equivalent formulation" of SCAFFOLD with one uploaded vector; decision 002/#6).
+(the paper's premise, "an equivalent formulation" of SCAFFOLD with one uploaded vector; decision 002/#6 in
+docs/decisions.md).
 
 η is ``lr`` times the round's schedule factor. K·η is each client's own (local epochs give unequal K): the server
 uses their mean over the round's clients, which it knows from the clients' data sizes (a 0-bit message).

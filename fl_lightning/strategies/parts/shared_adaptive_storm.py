@@ -1,8 +1,9 @@
 """SharedAdaptiveStorm: FAFED's local STORM momentum with an adaptive matrix shared by all clients (Wu, Huang, Hu &
-Huang, "Faster Adaptive Federated Learning", AAAI 2023, arXiv 2212.00974, Alg. 1; seed 003 baseline B10).
+Huang, "Faster Adaptive Federated Learning", AAAI 2023, arXiv 2212.00974, Alg. 1; one of the baselines seed 003
+(Zhang & Gao) names in Sec. 7).
 
 A round is one period of q = K local steps between two synchronisations, in the paper's order (step, then the
-gradient at the new point; spec 003 B10):
+gradient at the new point; the cited original's form, not in seed 003):
 
     x_{t+1} = x_t − γ η_t m_t / H,      H = √v̄ + ρ   (v̄: the average received at the last sync; fixed in between)
     m_{t+1} = ∇F_i(x_{t+1}; ξ) + (1 − α_{t+1}) (m_t − ∇F_i(x_t; ξ))      # the SAME minibatch ξ at both points
@@ -16,9 +17,9 @@ At the sync the server averages x (the ModelAverage part), m and v; the clients 
 Init (``init``): ``grad`` m̄⁰ = (1/n) Σ_i ∇F_i(x⁰; ξ_i), v̄⁰ = (1/n) Σ_i ∇F_i(x⁰; ξ_i)², one probe minibatch per
 client over ALL clients (a third-party implementation's start) | ``zero``.
 
-What is open (spec 003 B10, [EXT, low-medium]; the paper's Alg. 1 text was not in the search index): the placement
+What is open (our form has low-to-medium confidence: it is not checked against the paper's Alg. 1): the placement
 of v. Here each client keeps its own EMA v every step and the server averages it at the sync, H refreshed only
-then (as a third-party implementation in the search index does); v travels both ways (uplink x, m, v; downlink
+then (as a third-party implementation does); v travels both ways (uplink x, m, v; downlink
 x̄, m̄, v̄: 3 model-sized tensors each). The clamp α ≤ 1 is ours (c η_t² may exceed 1 early).
 """
 from __future__ import annotations

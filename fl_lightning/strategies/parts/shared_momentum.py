@@ -1,10 +1,10 @@
-"""SharedMomentum: FedSMUMC's server-held Lion momentum (seed 002 Alg. 8, spec 002 §3.9).
+"""SharedMomentum: FedSMUMC's server-held Lion momentum (seed 002 Sec. 5.2.5, App. H Alg. 8).
 
-The server keeps M (zero at the start: M_1 = M_0 = 0, decision 002/#16) and broadcasts it with the model; a sampled
-client puts M into the slot where the FedSMU codec (``LionMomentum`` of part ``momentum_of``) keeps its momentum, so
-the codec computes u = sign(β1·M + (1 − β1)·g) and m_i = β2·M + (1 − β2)·g; the client then uploads m_i (dense) next
-to u and keeps nothing (list this part after the aggregation part). Server: M ← (1/n) Σ m_i over the sampled
-clients. Communication: up d + 32d bits, down 64d (x and M).
+The server keeps M (zero at the start: M_1 = M_0 = 0, decision 002/#16 in docs/decisions.md) and broadcasts it with
+the model; a sampled client puts M into the slot where the FedSMU codec (``LionMomentum`` of part ``momentum_of``)
+keeps its momentum, so the codec computes u = sign(β1·M + (1 − β1)·g) and m_i = β2·M + (1 − β2)·g; the client then
+uploads m_i (dense) next to u and keeps nothing (list this part after the aggregation part). Server:
+M ← (1/n) Σ m_i over the sampled clients. Communication: up d + 32d bits, down 64d (x and M).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """SignDownlink: D-Lion's downlink — the aggregated sign step instead of the model (Liu, Wu, Chen, Ye, Gong, Liu &
 Liu, "Communication Efficient Distributed Training with Distributed Lion", NeurIPS 2024, arXiv 2404.00438, Alg. 1;
-spec 002 §3.12, §4).
+a baseline of seed 002, App. G.3, Tables 13–14, not written out there; decision 002/#14 in docs/decisions.md).
 
 In D-Lion every worker keeps its own copy of the model and applies x ← x − ε(Δ + λ·x) itself; the server only
 relays Δ: the mean of the n_S workers' signs (``rule: mean``, values in {−1, −1 + 2/n_S, …, 1}: ⌈log₂(n_S + 1)⌉ bits

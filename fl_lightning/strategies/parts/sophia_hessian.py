@@ -1,6 +1,6 @@
 """SophiaHessian: the Hessian-diagonal estimate ĥ that feeds Sophia's curvature EMA, every ``every`` local steps.
 
-Sophia (Liu et al., ICLR 2024, arXiv 2305.14342) and seed 001 FedPAC (spec 001 §4.3 Alg. 8 / 9): on a step whose
+Sophia (Liu et al., ICLR 2024, arXiv 2305.14342) and seed 001 FedPAC (appendix Algs. 8 / 9): on a step whose
 index t is a multiple of f_h (``every``, default 10), an estimate ĥ of diag(∇²f) on the current minibatch is passed
 to the optimizer's ``update_hessian`` (h ← β2 h + (1−β2) max(ĥ, 0)). Which step index t (``counter``):
 
@@ -10,7 +10,8 @@ to the optimizer's ``update_hessian`` (h ← β2 h + (1−β2) max(ĥ, 0)). Whic
   m_t^(i), v̂_t^(i) = β2·v̂_{t−τ}^(i) + (1−β2)·GNB(θ_t^(i)) when t mod τ = 0; its server averages all N devices every
   round, so there this is also rK + k. Under partial participation the two differ, and only the device's own count
   keeps v̂_{t−τ}^(i) τ of the device's own steps back (our reading; ``conf/method/fed_sophia.yaml``);
-* ``round``: t = k, restarting every round (the counter of the released FedPAC code's SOAP refresh, spec 001 §10).
+* ``round``: t = k, restarting every round (the counter of the released FedPAC code's SOAP eigenbasis refresh;
+  decision 001/#7 in docs/decisions.md).
 
 ``estimator``:
 
@@ -20,7 +21,7 @@ to the optimizer's ``update_hessian`` (h ← β2 h + (1−β2) max(ĥ, 0)). Whic
 * ``gnb`` (Gauss–Newton–Bartlett, Liu et al. Alg. 2, SophiaG): ĥ = B·ĝ⊙ĝ, ĝ the gradient of the mean loss
   against labels sampled from the model's own softmax (``module.sampled_label_loss``), B the minibatch size.
 * ``empirical``: ĥ = g⊙g of the ordinary minibatch gradient, what the released FedPAC code's Local Sophia does
-  (``update_hessian()`` after every backward, spec 001 §7.4 [C]); use with ``every: 1`` to match it.
+  (``update_hessian()`` after every backward; decision 001/#12); use with ``every: 1`` to match it.
 
 Costs one extra forward and a double backward (hutchinson) or one forward/backward (gnb) per estimate.
 """

@@ -6,7 +6,7 @@ Seed 003 (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning"), Al
     M_{t+1} = (1 − β) M_t + β ∇f(X_{t+1}; ξ_{t+1})      (then the gradient at the NEW point)
 
 so the momentum averaged at the end of a round already holds every client's gradient at its final local point,
-and a round's first step uses Orth(M̄) (spec 003 §3.1.2, "important order detail"). The loop's usual order is
+and a round's first step uses Orth(M̄) (derived from Alg. 1). The loop's usual order is
 grad → momentum → step; with τ = K local steps this part turns it into Alg. 1's order with the same number of
 gradients (τ per round):
 
@@ -14,9 +14,10 @@ gradients (τ per round):
     last local step        the momentum absorbs the gradient at X_τ but the Muon parameters do not move (lr 0)
 
 Only the Muon (matrix) parameters follow Alg. 1's order; the auxiliary optimizer's parameters (AdamW for biases
-and norms, which Alg. 1 does not cover, spec 003 §3.1.5) take their usual step after every gradient.
+and norms, which Alg. 1 does not cover; decision 003/#5 in docs/decisions.md) take their usual step after every
+gradient.
 
-``order``: ``alg1`` (default, spec 003 §3.1.2 recommendation) | ``standard`` (grad → momentum → orth → step,
+``order``: ``alg1`` (default, Alg. 1 as printed: the recommended default) | ``standard`` (grad → momentum → orth → step,
 the ablation; this part then does nothing). Needs the fl_lightning Muon optimizer with ``ema``/``ema_beta``
 momentum and no Nesterov, after the part that loads the momentum (OptimizerStateAverage) in the parts list.
 """
