@@ -1,10 +1,12 @@
 """C4 (Raffel et al., "Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer", JMLR 2020)
-for LLaMA pre-training from scratch (spec 001 §7.2 Table 3, §7.3), from local ``c4-*.json.gz`` shards (allenai/c4
-``en``: one JSON document per line with ``text``, ``url``, ``timestamp``; nothing is downloaded).
+for LLaMA pre-training from scratch as seed 001 uses it (Liu et al., "Taming Preconditioner Drift" (FedPAC), ICML
+submission, Sec. 6.3 and Table 3), from local ``c4-*.json.gz`` shards (allenai/c4 ``en``: one JSON document per line
+with ``text``, ``url``, ``timestamp``; nothing is downloaded).
 
 The training shards (``train_files`` under ``root``, sorted; ``max_train_shards`` of them) and the validation shards
 (``val_files``, ``max_val_shards``) are tokenized once (the tokenizer from a local ``tokenizer_path``, e.g. a
-``save_pretrained`` T5 tokenizer, the literature's, §10 item 29) into memory-mapped token files
+``save_pretrained`` T5 tokenizer, the literature's: GaLore's setup, Zhao et al., ICML 2024, arXiv 2403.03507; the
+paper names none, decision 001/#29 in docs/decisions.md) into memory-mapped token files
 (:mod:`fl_lightning.data.tokens`), cached under ``cache_dir`` by the tokenizer's fingerprint and the shard list
 (names and sizes). Documents are concatenated, each followed by the end-of-sequence id, and packed into sequences of
 ``seq_len`` tokens (256); the held-out set is the first ``eval_sequences`` packed validation sequences. Each

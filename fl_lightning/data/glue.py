@@ -1,16 +1,17 @@
 """GLUE (Wang et al., "GLUE: A Multi-Task Benchmark and Analysis Platform for Natural Language Understanding", ICLR
 2019, arXiv 1804.07461) from a local directory in the layout of the GLUE download script (``<root>/CoLA/train.tsv``,
-``<root>/SST-2/dev.tsv``, ...; nothing is downloaded), the seven tasks of seed 004's Table 4 (spec 004 §4.1):
-CoLA, SST-2, MRPC, QQP, QNLI, RTE, MNLI (matched). Training on ``train.tsv``, evaluation on the validation split
-(``dev.tsv``; MNLI ``dev_matched.tsv``, or ``dev_mismatched.tsv`` with ``task: mnli_mm``), as the paper does.
+``<root>/SST-2/dev.tsv``, ...; nothing is downloaded), the seven tasks of seed 004's Table 4 (Liu et al., "FedMuon:
+Accelerating Federated Learning with Matrix Orthogonalization"): CoLA, SST-2, MRPC, QQP, QNLI, RTE, MNLI (matched).
+Training on ``train.tsv``, evaluation on the validation split (``dev.tsv``; MNLI ``dev_matched.tsv``, or
+``dev_mismatched.tsv`` with ``task: mnli_mm``), as the paper does.
 
 Texts are tokenized once with the model's tokenizer (``tokenizer_path``, by default ``model.pretrained_path``) to
 ``max_length`` with ``padding="max_length"`` (the authors' code: 128 for the pair tasks, 64 for SST-2 and CoLA) and
 cached as safetensors under ``cache_dir``, keyed by the tokenizer's fingerprint, the files' bytes and the length.
 Labels follow the Hugging Face ``datasets`` GLUE order (RTE/QNLI: entailment 0; MNLI: entailment, neutral,
 contradiction). Each task declares its official metrics, primary first (``DataInfo.metrics``): MCC for CoLA (plus
-accuracy, what seed 004's table calls CoLA's number, AMBIG-17), F1 and accuracy for MRPC and QQP, accuracy for the
-rest.
+accuracy, what seed 004's table calls CoLA's number, decision 004/AMBIG-17 in docs/decisions.md), F1 and accuracy
+for MRPC and QQP, accuracy for the rest.
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ TASKS = {
                 ("entailment", "neutral", "contradiction"), ("acc",)),
 }
 ALIASES = {"sst-2": "sst2", "sst_2": "sst2", "mnli_m": "mnli", "mnli-m": "mnli", "mnli-mm": "mnli_mm"}
-SINGLE_MAX, PAIR_MAX = 64, 128  # spec 004 §4.1 (the authors' new_llm.py)
+SINGLE_MAX, PAIR_MAX = 64, 128  # the authors' code (seed 004's new_llm.py); not given by the paper
 TOKENIZER_HINT = ("set model.net.pretrained_path to a save_pretrained directory of roberta-base (model + tokenizer, e.g. "
                   "from `AutoModel.from_pretrained('FacebookAI/roberta-base').save_pretrained(dir)` and the same for "
                   "AutoTokenizer on a connected machine), or data.tokenizer_path to the tokenizer alone")

@@ -1,4 +1,7 @@
-"""Seed 003's synthetic heavy-tailed testbed (spec 003 §6.2): a federated matrix quadratic with controlled noise.
+"""A synthetic testbed for seed 003's heavy-tailed-noise result: a federated matrix quadratic with controlled noise.
+Zhang & Gao ("On Provable Benefits of Muon in Federated Learning") prove convergence without clipping under
+heavy-tailed noise (Sec. 5.2, Thm 5.5, Cor. 5.6) but run no synthetic experiment; this one is ours (docs/decisions.md,
+seed 003, "synthetic heavy-tailed testbed").
 
 Client k's objective is ``f_k(X) = ½‖A(X − X_k*)‖_F²`` over ``X ∈ R^{m×n}``, with a shared ``A ∈ R^{m×m}`` whose
 ``AᵀA`` has eigenvalues log-spaced in ``[L/kappa, L]`` (so L = λ_max(AᵀA)) and ``X_k* = X* + δ·E_k``, ``Σ_k E_k = 0``,

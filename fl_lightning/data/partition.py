@@ -11,9 +11,10 @@ The forms the seeds use:
 * ``dirichlet_per_class`` (``dirichlet``; per-class proportions over clients, Yurochkin et al. 2019 / Hsu et al.
   2019 as most FL code implements it; seeds 000, 002, 003): for every class c draw ``p_c ~ Dir(alpha * 1_n)`` and
   split the class's examples over the clients in those proportions. Client sizes are unequal.
-* ``dirichlet_per_client`` (seed 004's code, spec 004 §4.1): every client draws a class distribution
-  ``q_j ~ Dir(alpha * 1_C)`` and then ``len(train)/n`` labels from it, taking the next example of that class
-  from a shuffled pool that restarts when exhausted. Equal client sizes; an example may sit on two clients.
+* ``dirichlet_per_client`` (seed 004's code, ``dirichlet_data.py``; the paper says only "Dirichlet partitioning
+  (Hsu et al., 2019)", Sec. 7): every client draws a class distribution ``q_j ~ Dir(alpha * 1_C)`` and then
+  ``len(train)/n`` labels from it, taking the next example of that class from a shuffled pool that restarts when
+  exhausted. Equal client sizes; an example may sit on two clients.
 * ``shards`` (McMahan et al. 2017): sort by label, cut into ``n * shards_per_client`` shards, deal them out.
 * ``natural`` (LEAF's natural split, Caldas et al. 2018, arXiv 1812.01097): client = group of the dataset's
   ``group`` tensor (Sentiment140: the tweet's user); ``fl.num_clients=auto`` takes the number of groups.
@@ -70,7 +71,7 @@ def dirichlet_per_class(labels: np.ndarray, num_clients: int, rng: np.random.Gen
 
 def dirichlet_per_client(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float,
                          samples_per_client: int | None = None) -> list[np.ndarray]:
-    """Per-client Dirichlet(alpha) class mix, equal sizes (seed 004, spec 004 §4.1); ``samples_per_client``
+    """Per-client Dirichlet(alpha) class mix, equal sizes (seed 004's ``dirichlet_data.py``); ``samples_per_client``
     defaults to ``len(labels) // num_clients``."""
     alpha = _positive_alpha(alpha)
     if samples_per_client is not None and int(samples_per_client) < 1:
@@ -87,7 +88,7 @@ def dirichlet_per_client(labels: np.ndarray, num_clients: int, rng: np.random.Ge
         out = np.empty(per_client, dtype=np.int64)
         for t, ci in enumerate(drawn):
             c = classes[ci]
-            if cursor[c] >= len(pools[c]):  # pool exhausted: reshuffle and restart (spec 004 §4.1)
+            if cursor[c] >= len(pools[c]):  # pool exhausted: reshuffle and restart (decision 004/AMBIG-22)
                 pools[c] = rng.permutation(pools[c])
                 cursor[c] = 0
             out[t] = pools[c][cursor[c]]

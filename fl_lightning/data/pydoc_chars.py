@@ -1,6 +1,7 @@
 """``pydoc_chars``: an embedded, zero-setup next-character prediction task (no file, no download), shaped like
-LEAF's Shakespeare (Caldas et al. 2018, arXiv 1812.01097; spec 002 §6.1): an ``window``-character window (80) and
-the character that follows it, an 80-symbol vocabulary, one client per text source.
+LEAF's Shakespeare (Caldas et al. 2018, arXiv 1812.01097; seed 002's text task, FedSMU Sec. 5.1): an
+``window``-character window (80) and the character that follows it, an 80-symbol vocabulary, one client per text
+source.
 
 The text is CPython's own documentation topics (``pydoc_data.topics``, the corpus of ``pydoc_topics``), pinned by
 the sha256 recorded in ``summary.json`` (``data_text_sha256``). The ``num_topics`` longest topics are the clients

@@ -1,14 +1,15 @@
 """Sentiment140 (Go, Bhayani & Huang, "Twitter Sentiment Classification using Distant Supervision", 2009) as seed 003
-uses it (spec 003 §4.3): the 1.6 M-tweet training CSV randomly subsampled to 1 % (≈ 16,000 tweets), the 498-tweet
-manual test set with its 139 neutral tweets dropped (the paper's output is 2-way; AMBIG-15), polarity 0 → 0, 4 → 1.
+uses it (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning", App. A.2): the 1.6 M-tweet training CSV
+randomly subsampled to 1 % (≈ 16,000 tweets), the 498-tweet manual test set with its 139 neutral tweets dropped (the
+paper's output is 2-way, Table 3; decision 003/#15 in docs/decisions.md), polarity 0 → 0, 4 → 1.
 
 Files (nothing is downloaded), in ``root`` as unzipped from ``trainingandtestdata.zip``:
 ``training.1600000.processed.noemoticon.csv`` and ``testdata.manual.2009.06.14.csv`` (latin-1, columns polarity,
 id, date, query, user, text). Tweets are lower-cased and split into words, @users, URLs, numbers and punctuation
 (user mentions and URLs become ``<user>`` / ``<url>``, as GloVe's Twitter preprocessing does); the vocabulary is
 the training subsample's words seen at least ``min_count`` times (id 0 = padding, 1 = unknown); sequences are
-cut or zero-padded to ``max_length`` (64, the spec's assumption). The subsample's seed (``subsample_seed``) is fixed
-and independent of the run seed (the paper does not give it).
+cut or zero-padded to ``max_length`` (64; not given by the paper, our choice, decision 003/#15). The subsample's
+seed (``subsample_seed``) is fixed and independent of the run seed (the paper does not give it).
 """
 from __future__ import annotations
 

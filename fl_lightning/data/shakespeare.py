@@ -1,12 +1,13 @@
 """Shakespeare (LEAF, Caldas et al. 2018, arXiv 1812.01097): next-character prediction, one client per speaking
-role, as seed 002 uses it (spec 002 §6.1, [X] FedDyn's ``ShakespeareObjectCrop_noniid``, Acar et al., ICLR 2021).
+role, as seed 002 uses it (FedSMU, Sec. 5.1: "the same train/test splits as in (Acar et al., 2021)", i.e. FedDyn's
+``ShakespeareObjectCrop_noniid``, Acar et al., ICLR 2021, whose details below are FedDyn's code, not FedSMU's).
 
 Files (nothing is downloaded): LEAF's ``data/shakespeare/data/train/*.json`` and ``test/*.json`` (``preprocess.sh
 -s niid --sf 1.0 -k 0 -t sample``), put in ``root/train`` and ``root/test``: ``{"users": [...], "user_data":
 {role: {"x": [80-character strings], "y": [next characters]}}}``. Characters are LEAF's 80-letter alphabet
 (``ALL_LETTERS``; any other character, which LEAF's ``find`` would make -1, becomes a space).
 
-Selection (spec 002 §6.1): the roles with more than ``train_per_client`` (2000) training and more than
+Selection (FedDyn's code, as above): the roles with more than ``train_per_client`` (2000) training and more than
 ``test_per_client`` (400) test samples, shuffled with ``np.random.RandomState(selection_seed)``; the first ``roles``
 are the clients (``roles: ${fl.num_clients}``; ``auto``: every eligible role). Client c keeps ``train_per_client``
 contiguous training samples and ``test_per_client`` contiguous test samples, each window starting at

@@ -1,6 +1,7 @@
 """Tiny-ImageNet (Le & Yang, "Tiny ImageNet Visual Recognition Challenge", Stanford CS231N 2015): 200 classes of
 64x64 colour images, 500 training images per class; the labelled validation split (50 per class, 10,000) is the test
-set, as seeds 001 and 004 use it (spec 001 §7.1, spec 004 §4.1: the official test labels are not public).
+set, as seeds 001 and 004 use it (the official test labels are not public: FedPAC App. D.1, Table 7; seed 004's
+code tests on val; decision 001/#23 in docs/decisions.md).
 
 Read from the standard folder layout of ``tiny-imagenet-200.zip``, unzipped under ``root``::
 
@@ -12,8 +13,8 @@ Read from the standard folder layout of ``tiny-imagenet-200.zip``, unzipped unde
 (``root`` may also be the ``tiny-imagenet-200`` folder itself). Images are decoded once into uint8 tensors (grey
 images converted to RGB). Training batches get the authors' RandomCrop(64, padding 4) + horizontal flip; both splits
 are normalised with the Tiny-ImageNet statistics of seed 004's code, mean (0.4802, 0.4481, 0.3975), std (0.2302,
-0.2265, 0.2262) (their test transform used CIFAR's statistics and a random crop, a quirk not copied: AMBIG-21).
-A missing file is a one-line error naming the file and where it goes. No download.
+0.2265, 0.2262) (their test transform used CIFAR's statistics and a random crop, a quirk not copied:
+decision 004/AMBIG-21). A missing file is a one-line error naming the file and where it goes. No download.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""CausalLMModule: the LightningModule wrapper for next-token language modelling (LLaMA on C4, spec 001 §7.3).
+"""CausalLMModule: the LightningModule wrapper for next-token language modelling (LLaMA on C4, as seed 001 trains
+it: FedPAC Sec. 6.3, Table 3).
 
 A batch holds ``input_ids`` (B, T) of packed token sequences; with a ``y`` column too (the character-window sets
 ``pydoc_chars`` / ``shakespeare``: a window and its next character) the sequence is the window followed by ``y``.

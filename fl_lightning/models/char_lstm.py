@@ -1,4 +1,5 @@
-"""Seed 002's character LSTM for Shakespeare (spec 002 §6.2, [X] FedDyn's model, Acar et al., ICLR 2021):
+"""Seed 002's character LSTM for Shakespeare (FedSMU App. A names only input, hidden and output layers; the layout
+is FedDyn's model, Acar et al., ICLR 2021, taken from the cited original):
 ``Embedding(80, 8) → 2-layer LSTM(hidden 100) → Linear(100, 80)`` on the last time step of an 80-character window,
 predicting the next character; 133,520 parameters with the 80-symbol vocabulary (asserted in
 ``tests/unit/models/test_language_models.py``). Wrapped by :class:`~fl_lightning.models.ClassifierModule` (``input_key:

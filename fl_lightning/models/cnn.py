@@ -1,6 +1,7 @@
 """Small convolutional nets: ``SmallCNN`` (the default model on 8x8 digits, and seed 002's two-conv CNN shape
-for 32x32 inputs: conv-pool-conv-pool-fc-fc), ``LeNet5`` (seed 000's FashionMNIST model, spec 000 §9 A13) and
-an ``MLP``. The lower-case functions are their builders (``model.net._target_``): ``fn(info, **args)``.
+for 32x32 inputs: conv-pool-conv-pool-fc-fc), ``LeNet5`` (seed 000's FashionMNIST model, "LeNet (Lecun et al.,
+1998)" in its Sec. 7.1, layout not given: decision 000/A13 in docs/decisions.md) and an ``MLP``. The lower-case
+functions are their builders (``model.net._target_``): ``fn(info, **args)``.
 """
 from __future__ import annotations
 

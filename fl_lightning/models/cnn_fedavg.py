@@ -2,8 +2,8 @@
 Data", AISTATS 2017, arXiv 1602.05629, Sec. 3 "CNN"): Conv(C, 32, 5x5) -> ReLU -> MaxPool 2 -> Conv(32, 64, 5x5)
 -> ReLU -> MaxPool 2 -> Linear(-> 512) -> ReLU -> Linear(512 -> classes).
 
-``padding: 0`` (default) gives 878,538 parameters on CIFAR-10 (32x32x3: 64*5*5 features), the form issue 8
-asks for on CIFAR; ``padding: 2`` ("same" convolutions) gives the paper's 1,663,370 on MNIST
+``padding: 0`` (default) gives 878,538 parameters on CIFAR-10 (32x32x3: 64*5*5 features), the form used
+on CIFAR; ``padding: 2`` ("same" convolutions) gives the paper's 1,663,370 on MNIST
 (28x28x1: 64*7*7 features) and also fits the 8x8 digits.
 """
 from __future__ import annotations

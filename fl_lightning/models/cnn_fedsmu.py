@@ -1,5 +1,6 @@
-"""Seed 002's small CNN (FedSMU, anonymous ICLR-style submission, App. A; the FedDyn ``client_model('cifar10')``
-of Acar et al., "Federated Learning Based on Dynamic Regularization", ICLR 2021, arXiv 2111.04263; spec 002 §6.2):
+"""Seed 002's small CNN (FedSMU, anonymous ICLR-style submission, App. A), laid out as the FedDyn
+``client_model('cifar10')`` of Acar et al., "Federated Learning Based on Dynamic Regularization", ICLR 2021, arXiv
+2111.04263 (the paper describes it in words only):
 
 Conv(C, f, 5x5, no padding) -> ReLU -> MaxPool 2 -> Conv(f, f, 5x5) -> ReLU -> MaxPool 2 -> Linear(f*5*5 -> 384)
 -> ReLU -> Linear(384 -> 192) -> ReLU -> Linear(192 -> classes), no normalisation layers.

@@ -2,12 +2,13 @@
 a Hugging Face ``LlamaForCausalLM`` built from a ``LlamaConfig`` (no download, no remote code), for
 :class:`~fl_lightning.models.causal_lm.CausalLMModule`.
 
-Spec 001 §7.3 names LLaMA 60M / 130M / 350M on C4 without their configurations ([E], §10 item 29); the yamls use the
-ones the literature uses under these names (GaLore, Zhao et al. 2024, arXiv 2403.03507, ``configs/llama_*.json``):
-hidden / intermediate / heads / layers 512/1376/8/8, 768/2048/12/12, 1024/2736/16/24, vocabulary 32,000 (the T5
-tokenizer's), untied embeddings, RMSNorm eps 1e-6, SiLU, RoPE, sequence length 256: 58,073,600 / 134,105,856 /
-367,969,280 parameters (``tests/unit/models/test_language_models.py`` builds them on the meta device). ``vocab_size: null``
-takes the dataset's (the tokenizer's size).
+Seed 001 (FedPAC, Sec. 6.3, Table 3) names LLaMA 60M / 130M / 350M on C4 without their configurations
+(decision 001/#29 in docs/decisions.md); the yamls use the ones the literature uses under these names (GaLore, Zhao
+et al., ICML 2024, arXiv 2403.03507, ``configs/llama_*.json``): hidden / intermediate / heads / layers 512/1376/8/8,
+768/2048/12/12, 1024/2736/16/24, vocabulary 32,000 (the T5 tokenizer's), untied embeddings, RMSNorm eps 1e-6, SiLU,
+RoPE, sequence length 256: 58,073,600 / 134,105,856 / 367,969,280 parameters
+(``tests/unit/models/test_language_models.py`` builds them on the meta device). ``vocab_size: null`` takes the
+dataset's (the tokenizer's size).
 """
 from __future__ import annotations
 

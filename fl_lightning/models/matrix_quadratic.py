@@ -1,10 +1,12 @@
-"""The model of seed 003's matrix-quadratic testbed (spec 003 §6.2; data: ``fl_lightning/data/matrix_quadratic.py``).
+"""The model of the matrix-quadratic testbed for seed 003's heavy-tailed-noise result (ours; the problem, the noise
+and their source: ``fl_lightning/data/matrix_quadratic.py``).
 
 The only parameter is the matrix X ∈ R^{m×n} (m×n from ``info.input_shape``, initialised at 0), so Muon's
 orthogonalised step applies to it. On a batch of examples (A, X_k*, σZ) the loss is the mean over the batch of
 ``½‖A(X − X_k*)‖_F² + ⟨σZ, X⟩``, whose gradient is exactly ``AᵀA(X − X_k*) + σZ`` = ∇f_k(X) + noise (one example
 per step with ``data.batch_size=1``). Evaluation on the test example (A, X*): ``grad_norm`` = ‖∇f(X)‖_F =
-‖AᵀA(X − X*)‖_F of the global objective (the spec's G, primary, minimised) and ``excess_loss`` = f(X) − f* =
+‖AᵀA(X − X*)‖_F of the global objective (primary, minimised; Zhang & Gao's Thms 5.1 and 5.5 bound its average over
+the steps, here it is taken at the global model after each round) and ``excess_loss`` = f(X) − f* =
 ½‖A(X − X*)‖_F², both in float64.
 """
 from __future__ import annotations

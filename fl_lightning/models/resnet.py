@@ -1,16 +1,18 @@
 """ResNet-18 (He et al., "Deep Residual Learning for Image Recognition", CVPR 2016, arXiv 1512.03385) with the
 normalisations and stems of the seeds, one builder ``resnet18(info, norm=..., stem=...)``:
 
-* ``norm: gn`` — GroupNorm(``groups``) everywhere (seed 000, spec 000 §6, following Hsieh et al., "The Non-IID Data
-  Quagmire", ICML 2020, arXiv 1910.00189; seed 002's FedDyn ResNet uses GN(2), spec 002 §6.2).
-* ``norm: bn`` — BatchNorm everywhere (seed 001, spec 001 §7.3; seed 003's assumed CIFAR ResNet, spec 003 §4.4).
+* ``norm: gn`` — GroupNorm(``groups``) everywhere (seed 000, Sec. 7.1, following Hsieh et al., "The Non-IID Data
+  Quagmire", ICML 2020, arXiv 1910.00189; seed 002's ResNet18, whose normalisation FedSMU App. A does not state, is
+  FedDyn's with GN(2), Acar et al., ICLR 2021).
+* ``norm: bn`` — BatchNorm everywhere (seed 001's "ResNet-18-BN", FedPAC App. D.3; seed 003's CIFAR ResNet, whose
+  variant its Sec. 7.1 does not state: the recommended default, decision 003/#13 in docs/decisions.md).
 * ``norm: gn_stem_bn_blocks`` — GN(``groups``) after the stem conv, BatchNorm in the blocks and shortcuts (seed 004's
-  ``ResNet18BN``, spec 004 §4.2, AMBIG-12).
+  code, ``models/resnet_bn.py::ResNet18BN``; not stated in the paper, decision 004/AMBIG-12).
 * ``stem: cifar`` — 3x3 stride-1 conv, no max-pool (seeds 000, 001, 003, 004); ``stem: imagenet`` — torchvision's
-  7x7 stride-2 conv + 3x3 stride-2 max-pool (seed 002, spec 002 §6.2).
+  7x7 stride-2 conv + 3x3 stride-2 max-pool (seed 002's 7x7 first conv, FedSMU App. A).
 
 BatchNorm running statistics (``running_mean``, ``running_var``) are float buffers: the federated loop sends them
-with the weights and the server averages them like parameters (seed 001's code does the same, spec 001 §7.3);
+with the weights and the server averages them like parameters (seed 001's code does the same, decision 001/#18);
 ``num_batches_tracked`` is an integer buffer and stays on the device (it is unused with BN's default momentum).
 Evaluation uses the averaged statistics (``module.eval()``). PyTorch's default init. 11,220,132 parameters with the
 CIFAR stem and 100 classes; 11,181,642 with the ImageNet stem and 10 classes (torchvision's ``resnet18``).

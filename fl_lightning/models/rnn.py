@@ -1,14 +1,14 @@
-"""Seed 003's RNN for Sentiment140 (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning", Table 3;
-spec 003 §4.4, AMBIG-15): an Elman RNN (Elman, "Finding Structure in Time", Cognitive Science 1990), input 300 →
-hidden 4096 → output 2. The paper gives only those three sizes; the rest follows the spec's assumption: one
+"""Seed 003's RNN for Sentiment140 (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning", Table 3,
+App. A.2): an Elman RNN (Elman, "Finding Structure in Time", Cognitive Science 1990), input 300 → hidden 4096 →
+output 2. The paper gives only those three sizes; the rest is our choice (decision 003/#15 in docs/decisions.md): one
 ``nn.RNN(300, 4096, nonlinearity="tanh", batch_first=True)`` layer over 300-d word embeddings, the hidden state at
 each tweet's last token (padding id 0 after it never reaches it), then ``Linear(4096, 2)``.
 
-The issue asks for trainable embeddings (the default, PyTorch's N(0, 1) init); ``glove_path`` initialises the
+Trainable embeddings (the default, PyTorch's N(0, 1) init); ``glove_path`` initialises the
 embedding rows from a local GloVe text file (``word v1 ... v300`` per line, e.g. ``glove.twitter.27B.200d.txt``
 needs ``embed_dim: 200``; words missing from it keep their random rows) using the dataset's vocabulary file
-(``DataInfo.tokenizer_path``); ``freeze_embeddings: true`` then keeps them fixed (the spec's assumption: frozen, so
-neither trained nor communicated).
+(``DataInfo.tokenizer_path``); ``freeze_embeddings: true`` then keeps them fixed (the recommended default of
+decision 003/#15: frozen, so neither trained nor communicated).
 """
 from __future__ import annotations
 

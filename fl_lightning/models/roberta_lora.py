@@ -1,7 +1,8 @@
-"""RoBERTa + LoRA for sequence classification as seed 004 fine-tunes it on GLUE (Table 4; spec 004 §4.2): a
-pretrained ``RobertaForSequenceClassification`` (Liu et al., "RoBERTa", arXiv 1907.11692; 2 labels, 3 for MNLI)
-with a fresh classification head, wrapped by peft's LoRA (Hu et al., "LoRA", ICLR 2022, arXiv 2106.09685) exactly
-as the authors' ``new_llm.py``: ``LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, bias="none",
+"""RoBERTa + LoRA for sequence classification as seed 004 fine-tunes it on GLUE (Liu et al., "FedMuon: Accelerating
+Federated Learning with Matrix Orthogonalization", Sec. 7.1, Table 4; LoRA rank 16): a pretrained
+``RobertaForSequenceClassification`` (Liu et al., "RoBERTa", arXiv 1907.11692; 2 labels, 3 for MNLI) with a fresh
+classification head, wrapped by peft's LoRA (Hu et al., "LoRA", ICLR 2022, arXiv 2106.09685) exactly as the
+authors' ``new_llm.py``: ``LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05, bias="none",
 task_type=SEQ_CLS, target_modules=["query", "value", "key", "dense"])``. peft freezes the backbone and keeps the
 head trainable (``modules_to_save``), so only the LoRA factors and the head are trained, communicated and counted:
 roberta-base gives 3,246,338 trainable of 127,893,508 parameters with 2 labels (``tests/unit/data/test_text.py`` asserts it

@@ -2,21 +2,22 @@
 is Worth 16x16 Words", ICLR 2021, arXiv 2010.11929; the Tiny width of Touvron et al., "DeiT", ICML 2021, arXiv
 2012.12877).
 
-* Seed 004 (Liu et al., "FedMuon: Accelerating Federated Learning with Matrix Orthogonalization", no arXiv id in
-  the spec; Table 2; spec 004 §4.2, the authors' ``models/DeiTTiny.py``): dim 192, **depth 6** (DeiT-Tiny has 12:
-  ``depth: 12``), 3 heads, MLP ratio 4, qkv bias, CLS token, learned positions, LayerNorm eps 1e-6, trunc-normal(0.02)
-  linear weights with zero bias (timm's default init), patch 4 on 32x32 (64 tokens + CLS). 2,710,948 parameters at
-  32x32, 3 channels, 100 classes.
-* Seed 001 (Liu et al., "Taming Preconditioner Drift" (FedPAC), ICML submission, Table 1 ViT-Tiny; spec 001 §7.3): the same width and depth with sinusoidal positions
-  (``pos_embed: sincos``), Xavier-uniform linear weights (``init: xavier``) and dropout 0.1 on attention and MLP
-  (``dropout: 0.1``); MLP ratio and CLS pooling are not given and kept as above (``conf/model/vit_tiny_fedpac.yaml``).
+* Seed 004 (Liu et al., "FedMuon: Accelerating Federated Learning with Matrix Orthogonalization", no arXiv id;
+  Table 2; the layout is the authors' ``models/DeiTTiny.py``, the paper gives none): dim 192, **depth 6** (DeiT-Tiny
+  has 12: ``depth: 12``), 3 heads, MLP ratio 4, qkv bias, CLS token, learned positions, LayerNorm eps 1e-6,
+  trunc-normal(0.02) linear weights with zero bias (timm's default init), patch 4 on 32x32 (64 tokens + CLS).
+  2,710,948 parameters at 32x32, 3 channels, 100 classes.
+* Seed 001 (Liu et al., "Taming Preconditioner Drift" (FedPAC), ICML submission, Table 1 ViT-Tiny; App. D.4): the
+  same width and depth with sinusoidal positions (``pos_embed: sincos``), Xavier-uniform linear weights
+  (``init: xavier``) and dropout 0.1 on attention and MLP (``dropout: 0.1``); MLP ratio and CLS pooling are not
+  given and kept as above (``conf/model/vit_tiny_fedpac.yaml``).
 
 Channels and image size come from the dataset (``DataInfo.input_shape``); ``patch_size: auto`` is 4 when the
 shorter side is >= 32, else 2 (16 tokens on the 8x8 digits). Muon (``split_muon_params``) puts every ndim >= 2
-parameter in its Muon group, as seed 004's code does (spec 004 §3.1): the patch-embedding conv (as out x in*kh*kw),
-``cls_token`` (1, 1, 192) and ``pos_embed`` (1, T+1, 192) (3-D: orthogonalized over their last two dims), every
-block's linear weights and the head; biases and LayerNorm affines go to the auxiliary AdamW. A fixed ``sincos``
-position table is a frozen parameter: neither trained, communicated nor given to an optimizer.
+parameter in its Muon group, as seed 004's code does (its ``muon.py``; decision 004/AMBIG-4): the patch-embedding
+conv (as out x in*kh*kw), ``cls_token`` (1, 1, 192) and ``pos_embed`` (1, T+1, 192) (3-D: orthogonalized over their
+last two dims), every block's linear weights and the head; biases and LayerNorm affines go to the auxiliary AdamW.
+A fixed ``sincos`` position table is a frozen parameter: neither trained, communicated nor given to an optimizer.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Seed 003's "ViT" (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning", Table 2; spec 003 §4.4):
+"""Seed 003's "ViT" (Zhang & Gao, "On Provable Benefits of Muon in Federated Learning", App. A.1, Table 2):
 the ViT of the vision-transformers-cifar10 repository (Yoshioka), in the layout of lucidrains' vit-pytorch, trained
 from scratch on CIFAR. A different network from ``vit_tiny``:
 

@@ -17,11 +17,11 @@ from .preconditioner_drift import PreconditionerDrift
 from .sophia_hessian import SophiaHessian
 
 __all__ += ["PreconditionedMixing", "PreconditionerDrift", "SophiaHessian"]
-# first-order baselines (issue 15)
+# first-order baselines
 from .proximal_term import ProximalTerm
 
 __all__ += ["ProximalTerm"]
-# seed 003's variance-reduced and adaptive baselines (issue 16)
+# seed 003's variance-reduced and adaptive baselines
 from .bi_clip import BiClip
 from .momentum_correction import MomentumCorrection
 from .shared_adaptive_storm import SharedAdaptiveStorm
@@ -33,7 +33,7 @@ from .magnitude_uniformity import MagnitudeUniformity
 
 __all__ += ["MagnitudeUniformity"]
 
-# seed 002's ablations and comparison methods (issue 14)
+# seed 002's ablations and comparison methods
 from .ef21 import EF21Aggregation
 from .local_lion_step import LocalLionStep
 from .momentum_completion import MomentumCompletion
