@@ -1,7 +1,7 @@
 """Swin Transformer (Liu et al., "Swin Transformer: Hierarchical Vision Transformer using Shifted Windows", ICCV 2021,
 arXiv 2103.14030) as seed 004 fine-tunes it (its Table 3; the variant is not stated, decision 004/AMBIG-13 in
 docs/decisions.md): timm's ``SwinTransformer``, Swin-T (patch 4, window 7, 224x224, embed 96, depths 2-2-6-2, heads
-3-6-12-24; 27,596,254 parameters with 100 classes, seed 004 Table 3's 27.6 M), ImageNet weights read from a
+3-6-12-24; 27,596,254 parameters with 100 classes), ImageNet weights read from a
 **local file** (``pretrained_path``; nothing is fetched), a fresh head for the dataset's classes, and optionally
 LoRA (Hu et al., ICLR 2022, arXiv 2106.09685) through ``peft``: r 16, alpha 32, dropout 0.05 on ``attn.qkv`` and
 ``attn.proj`` (the authors' ``--lora 1``); then only the LoRA factors and the head are trainable, so only they are
