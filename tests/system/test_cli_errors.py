@@ -93,3 +93,15 @@ def test_part_error_is_one_line_with_full_key(override, key, tmp_path):
 def test_interpolated_part_value_names_the_users_key(tmp_path):
     p = run_cli(FAST + ["method=fedmuon", "method.alpha=1.5", f"hydra.run.dir={tmp_path}"])
     one_line_error(p, "method.alpha (via method.parts.alignment.alpha)")
+
+
+@pytest.mark.parametrize("arg,key,fix", [
+    ("+fl.num_client=5", "fl.num_client: no such key", "did you mean fl.num_clients?"),
+    ("fl.num_client=5", "fl.num_client: no such key", "did you mean fl.num_clients?"),
+    ("+method.lrr=0.1", "method.lrr: nothing in method 'fedavg' reads it", "did you mean method.lr?"),
+    ("method.lrr=0.1", "method.lrr: no such key", "did you mean method.lr?"),
+    ("fl.rounds=abc", "fl.rounds: expected a whole number", "fl.rounds=40"),
+])
+def test_unknown_and_mistyped_keys_are_one_line_before_training(arg, key, fix, tmp_path):
+    """The schema's checks through train.py: one line naming the key and the closest valid one, exit 2."""
+    one_line_error(run_cli([arg, f"hydra.run.dir={tmp_path}"]), key, fix)

@@ -95,3 +95,16 @@ def test_sigterm_checkpoints_and_says_how_to_resume(tmp_path):
     p = run_cli(BASE + [f"fl.rounds={done + 1}", f"resume={d}", f"hydra.run.dir={tmp_path / 'h'}"])
     assert p.returncode == 0, p.stderr
     assert len(rows(d)) == done + 1
+
+
+def test_resume_accepts_a_key_only_the_resumed_runs_config_has(tmp_path):
+    """``method.mu`` exists in ``method=fedprox`` (the resumed run's) but not in the default config: the saved
+    overrides are composed first, so giving it (unchanged) on resume is accepted and the run continues."""
+    d = tmp_path / "run"
+    fast = ["fl.num_clients=4", "fl.clients_per_round=2", "fl.local_steps=2", "trainer.progress=false",
+            "trainer.accelerator=cpu"]
+    p = run_cli(fast + ["method=fedprox", "fl.rounds=3", "stop_after_rounds=1", f"hydra.run.dir={d}"])
+    assert p.returncode == 0, p.stderr
+    p = run_cli([f"resume={d}", "method.mu=0.01", "trainer.progress=false"])
+    assert p.returncode == 0, p.stderr
+    assert [r["round"] for r in rows(d)] == ["1", "2", "3"]
