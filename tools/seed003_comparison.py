@@ -41,6 +41,9 @@ SETTING = ["fl.num_clients=8", "fl.clients_per_round=8", "fl.local_steps=4", "da
 def yaml_lr(method: str) -> float:
     from hydra import compose, initialize_config_dir
 
+    from fl_lightning.schema import register
+
+    register()  # the config schema, conf/config.yaml's first default
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
         return float(compose("config", overrides=[f"method={method}"]).method.lr)
 
