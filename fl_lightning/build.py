@@ -43,9 +43,6 @@ def validate(cfg: DictConfig) -> None:
     if acc in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError("trainer.accelerator", f"{acc} asked for but no CUDA GPU is visible to this process",
                           "use trainer.accelerator=cpu (or auto)")
-    if cfg.get("resume") not in (None, "") and not os.path.isdir(str(cfg.resume)):
-        raise ConfigError("resume", f"no run directory {cfg.resume!r}",
-                          "pass the run directory printed by the stopped run (it holds checkpoints/)")
 
 
 def _result_view(cfg: DictConfig) -> dict:

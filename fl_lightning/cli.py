@@ -62,7 +62,7 @@ def prepare(argv: list[str], conf_dir: str) -> list[str]:
     each), and for ``resume=DIR`` the run's saved overrides put under the new ones, so that Hydra composes the
     resumed run's config once (a key only the resumed run has, e.g. ``model.net.pretrained_path``, is accepted).
     Returns the overrides to compose."""
-    from .schema import check_overrides
+    from .schema import check_overrides, check_resume
 
     check_groups(argv, conf_dir)
     try:
@@ -76,9 +76,10 @@ def prepare(argv: list[str], conf_dir: str) -> list[str]:
     for arg in argv:
         key, sep, val = arg.lstrip("+").partition("=")
         if sep and key == "resume" and val not in ("", "null"):
-            if not os.path.isdir(val):
-                fail(f"config error: resume: no run directory {val!r}; fix: pass the run directory printed by the "
-                     "stopped run (it holds checkpoints/)")
+            try:
+                check_resume(val)
+            except FLError as err:
+                fail(str(err))
             saved = os.path.join(val, OVERRIDES_FILE)
             if os.path.exists(saved):
                 return merge_overrides([str(o) for o in OmegaConf.load(saved)], argv)
@@ -331,9 +332,6 @@ def run(cfg: DictConfig) -> dict | None:
         from .loop import StopRequested  # noqa: F401 (caught below)
         force = flag(cfg, "force_resume")
         if resume:
-            if not os.path.isdir(run_dir):
-                raise ConfigError("resume", f"no run directory {run_dir!r}",
-                                  "pass the run directory printed by the stopped run (it holds checkpoints/)")
             cfg = resume_config(cfg, run_dir, force)
         os.makedirs(run_dir, exist_ok=True)
         if not child:

@@ -297,8 +297,18 @@ def unread_method_keys(cfg: DictConfig) -> set[str]:
     return {str(k) for k in cfg.method.keys() if k not in refs and k not in METHOD_STRUCTURE}
 
 
+def check_resume(path) -> None:
+    """``resume=DIR``: the run directory must exist (checked before Hydra creates it, and on the composed config)."""
+    import os
+
+    if path not in (None, "", "null") and not os.path.isdir(str(path)):
+        raise ConfigError("resume", f"no run directory {str(path)!r}",
+                          "pass the run directory printed by the stopped run (it holds checkpoints/)")
+
+
 def rules(cfg: DictConfig) -> None:
     """Cross-key rules, in one place."""
+    check_resume(cfg.get("resume"))
     fl = cfg.fl
     auto = str(fl.num_clients) == "auto"
     if not auto and int(fl.clients_per_round) > int(fl.num_clients):
