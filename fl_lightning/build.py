@@ -31,8 +31,8 @@ _NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads"
 
 
 def validate(cfg: DictConfig) -> None:
-    """The schema's checks and rules (:func:`fl_lightning.schema.check`), then what needs torch: a GPU asked for is
-    there."""
+    """The schema's checks and rules (:func:`fl_lightning.schema.check`), the ``_target_`` nodes' keys against their
+    constructors (:func:`fl_lightning.config.check_targets`), then what needs torch: a GPU asked for is there."""
     from .config import check_targets
     from .data import FEDERATION_KEYS
     from .schema import check
