@@ -10,7 +10,7 @@ import struct
 import numpy as np
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers.cli import cli_in_process
 
 SMALL = ["fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=2", "fl.local_steps=2", "fl.eval_every=1",
          "data.batch_size=8", "trainer.progress=false", "trainer.accelerator=cpu"]
@@ -70,8 +70,8 @@ def test_experiment_runs_on_tiny_real_format_data(experiment, writer, extra, tmp
     root.mkdir()
     writer(str(root))
     run = tmp_path / "run"
-    p = run_cli([f"experiment={experiment}", f"data.root={root}", *SMALL, *extra, f"hydra.run.dir={run}"])
-    assert p.returncode == 0, p.stderr[-3000:]
+    code, err = cli_in_process([f"experiment={experiment}", f"data.root={root}", *SMALL, *extra], run)
+    assert code == 0, err[-3000:]
     lines = (run / "metrics.csv").read_text().splitlines()
     assert len(lines) == 3  # header + 2 evaluated rounds
     assert (run / "summary.json").exists()

@@ -8,7 +8,7 @@ import torch
 
 from fl_lightning.data.info import DataInfo
 from fl_lightning.models import build_model
-from tests.helpers.cli import build_error, make_cfg, one_line_error, run_cli
+from tests.helpers.cli import build_error, cli_in_process, make_cfg, one_line_error, run_cli
 from tests.unit.data.test_real_formats import write_cifar
 
 CIFAR10, CIFAR100, DIGITS = DataInfo((3, 32, 32), 10), DataInfo((3, 32, 32), 100), DataInfo((1, 8, 8), 10)
@@ -187,8 +187,8 @@ def test_bad_model_key_is_one_line(overrides, needle, tmp_path):
     ["model=cnn_fedavg", "model.net.padding=2"],
 ])
 def test_one_round_on_the_digits(overrides, tmp_path):
-    p = run_cli([*overrides, *ONE_ROUND, f"hydra.run.dir={tmp_path}"])
-    assert p.returncode == 0, p.stderr[-3000:]
+    code, err = cli_in_process([*overrides, *ONE_ROUND], tmp_path)
+    assert code == 0, err[-3000:]
     assert len((tmp_path / "metrics.csv").read_text().splitlines()) == 2
 
 
@@ -207,9 +207,9 @@ def test_one_round_on_tiny_cifar_files(overrides, tmp_path):
     root.mkdir()
     data = next((o.split("=")[1] for o in overrides if o.startswith("data=")), "cifar10")
     write_cifar(str(root), 100 if data == "cifar100" else 10)
-    p = run_cli([f"data={data}", *[o for o in overrides if not o.startswith("data=")], f"data.root={root}",
-                 "data.batch_size=8", *ONE_ROUND, f"hydra.run.dir={tmp_path / 'run'}"])
-    assert p.returncode == 0, p.stderr[-3000:]
+    code, err = cli_in_process([f"data={data}", *[o for o in overrides if not o.startswith("data=")],
+                                f"data.root={root}", "data.batch_size=8", *ONE_ROUND], tmp_path / "run")
+    assert code == 0, err[-3000:]
     assert len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) == 2
 
 
