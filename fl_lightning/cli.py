@@ -10,7 +10,7 @@ import sys
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from .errors import ConfigError, FLError, ResumeError
+from .errors import ConfigError, FLError, ResumeError, StopRequested
 from .schema import register
 
 register()  # the schema (conf/config.yaml's first default) before Hydra composes
@@ -306,16 +306,6 @@ def _resume_dir(cfg: DictConfig) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- run
-def _stop_requested():
-    """The loop's stop exception, or one nothing raises while the loop is not imported yet (torch-free errors)."""
-    mod = sys.modules.get("fl_lightning.loop")
-    return mod.StopRequested if mod is not None else _NeverRaised
-
-
-class _NeverRaised(Exception):
-    pass
-
-
 def run(cfg: DictConfig) -> dict | None:
     """Build and run one job; user errors become one line on stderr and a non-zero exit."""
     full = user_full_error()
@@ -329,7 +319,6 @@ def run(cfg: DictConfig) -> dict | None:
 
         check(cfg, _task_overrides())  # every schema key and rule, before torch is imported
         from .build import build
-        from .loop import StopRequested  # noqa: F401 (caught below)
         force = flag(cfg, "force_resume")
         if resume:
             cfg = resume_config(cfg, run_dir, force)
@@ -349,7 +338,7 @@ def run(cfg: DictConfig) -> dict | None:
                 kept = [o for o in merge_overrides(old, ov) if _okey(o) not in CONTROL]
                 OmegaConf.save(ListConfig(kept), saved)
         return loop.run(cfg.get("stop_after_rounds"), flag(cfg, "trainer.progress", default=True))
-    except _stop_requested() as stop:
+    except StopRequested as stop:
         if child:  # rank 0 reports (and a non-zero child would make Lightning's observer kill the launcher)
             sys.exit(0)
         print(f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir)}",

@@ -250,13 +250,16 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model",
             target = sub.get("_target_")
             if not isinstance(target, str):
                 continue
-            sig = _signature(target)
-            if sig is None:
-                continue  # not importable: instantiate reports it
             try:
                 from hydra.utils import get_object
 
                 obj = get_object(target)
+            except Exception:
+                continue  # not importable: instantiate reports it
+            sig = _signature(obj)
+            if sig is None:
+                continue
+            try:
                 hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj)
             except Exception:
                 hints = {}

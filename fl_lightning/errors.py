@@ -19,3 +19,11 @@ class NonFiniteLossError(FLError):
 
 class ResumeError(FLError):
     """A checkpoint cannot be resumed as asked (missing, or written by a config that changes results)."""
+
+
+class StopRequested(Exception):
+    """Raised after a checkpoint was written in response to SIGINT/SIGTERM (not an error: the run can resume)."""
+
+    def __init__(self, round_done: int, signum: int):
+        self.round_done, self.signum = round_done, signum
+        super().__init__(f"stopped by signal {signum} after round {round_done}")

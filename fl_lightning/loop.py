@@ -27,7 +27,7 @@ from torch import Tensor
 from . import seeding
 from .checkpoint import Checkpointer, TensorDict, TorchRNG
 from .client_store import ClientStateStore
-from .errors import NonFiniteLossError, ResumeError
+from .errors import NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
 from .progress import RoundProgress
 from .recorder import RunRecorder
 from .schedule import lr_factor
@@ -44,14 +44,6 @@ class LoopConfig(FL):
 
     seed: int = 0
     checkpoint_every: int = 1
-
-
-class StopRequested(Exception):
-    """Raised after a checkpoint was written in response to SIGINT/SIGTERM."""
-
-    def __init__(self, round_done: int, signum: int):
-        self.round_done, self.signum = round_done, signum
-        super().__init__(f"stopped by signal {signum} after round {round_done}")
 
 
 def assign_clients(work: list[float], world: int, clients=None, pinned=None) -> dict[int, int] | list[int]:

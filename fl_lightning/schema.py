@@ -29,8 +29,6 @@ def key(default, help: str, kind: str, low=None, high=None, words=(), choices=()
     besides numbers (``auto``); ``choices`` the only accepted strings; ``nullable`` accepts null."""
     meta = dict(help=help, kind=kind, low=low, high=high, words=tuple(words), choices=tuple(choices),
                 nullable=nullable, example=example or str(default))
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: default, metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -361,8 +359,8 @@ def check_overrides(argv: list[str]) -> None:
     for ov in overrides:
         name = ov.key_or_group
         top = name.split(".")[0]
-        if ov.package is not None or "/" in name or top in ("hydra", *CONFIG_GROUPS) and name not in known:
-            continue  # config groups, their targets' arguments (checked when built) and Hydra's own keys
+        if ov.package is not None or "/" in name or top in ("hydra", "tables", *CONFIG_GROUPS) and name not in known:
+            continue  # config groups, their targets' arguments (checked when built), table entries, Hydra's keys
         if name not in known:
             raise unknown_key(name)
         if ov.is_delete():

@@ -39,7 +39,6 @@ also accepts a changed config hash. A different process count is always refused 
 """
 from __future__ import annotations
 
-from .files import _digest  # noqa: F401 (tests check files against it)
 from .format import FORMAT, RETAINED, DamagedCheckpoint, list_checkpoints
 from .reader import CheckpointReader
 from .state import ClientShards, MissingStateKey, Stateful, TensorDict, TorchRNG, TrackedState, load_strict

@@ -28,7 +28,7 @@ def stopped(tmp_path):
 def _edit(ckpt, fn):
     """Change the saved state as another code version would have written it: the file and its recorded checksum
     (a file that does not match its checksum is damage, handled by falling back: tests/unit/checkpoint/test_checkpoint_damage.py)."""
-    from fl_lightning.checkpoint import _digest
+    from fl_lightning.checkpoint.files import _digest
 
     f = ckpt / "strategy.safetensors"
     t = load_file(str(f))

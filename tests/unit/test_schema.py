@@ -50,7 +50,7 @@ def test_unknown_keys_name_the_closest_one():
     with pytest.raises(ConfigError, match="no such key"):
         check_overrides(["+foo=1"])
     check_overrides(["+method.parts.aggregation.codec._target_=fl_lightning.codecs.TopK", "method=fedavg",
-                     "data/partition=iid", "hydra.run.dir=x", "fl.rounds=10,20"])
+                     "data/partition=iid", "hydra.run.dir=x", "fl.rounds=10,20", "+tables.lr={a: 1}"])
 
 
 def test_keys_added_to_the_composed_config_are_refused():

@@ -11,7 +11,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from fl_lightning.checkpoint import DamagedCheckpoint, _digest, list_checkpoints
+from fl_lightning.checkpoint import DamagedCheckpoint, list_checkpoints
+from fl_lightning.checkpoint.files import _digest
 from tests.helpers.cli import FAST, build_loop
 
 OV = FAST + ["method.momentum=0.9", "method.parts.local_optimizer.state=persistent"]
