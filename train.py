@@ -2,9 +2,11 @@
 import os
 import sys
 
-import hydra
+from fl_lightning import cli, signals
 
-from fl_lightning import cli
+signals.install()  # from here on SIGINT / SIGTERM during set-up end the run at once, with one line
+
+import hydra  # noqa: E402
 
 CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import contextlib
 import os
 import time
 
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from . import signals
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .errors import ConfigError
@@ -123,34 +123,6 @@ def make_fabric(cfg: DictConfig, run_dir: str):
                           "see the valid values in conf/config.yaml (trainer:)") from None
 
 
-LAUNCHERS: list = []  # Lightning launchers of this process (their ``procs`` are the ranks it started)
-
-
-@contextlib.contextmanager
-def signals_deferred():
-    """SIGINT / SIGTERM held while the block runs (recorded, then re-raised under the previous handlers)."""
-    import signal
-
-    got: list[int] = []
-    try:
-        old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        if got:
-            signal.raise_signal(got[0])
-
-
-def launched_children() -> list:
-    """The rank processes this process's Fabric launchers started (``subprocess.Popen``), still running."""
-    return [p for la in LAUNCHERS for p in getattr(la, "procs", []) if p.poll() is None]
-
-
 def available_memory(device: torch.device) -> int | None:
     """Bytes free for new tensors on ``device`` (CUDA: free device memory; CPU: MemAvailable), None if unknown."""
     if device.type == "cuda":
@@ -216,8 +188,8 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
     if fabric is None:
         fabric = make_fabric(cfg, run_dir)
         _check_launcher(fabric)
-        LAUNCHERS.append(fabric.strategy.launcher)  # its children are told of a signal before the loop runs
-        with signals_deferred():  # a half-made process group would leave the other ranks a C++ error to print
+        signals.LAUNCHERS.append(fabric.strategy.launcher)  # its children are told of a signal before the loop runs
+        with signals.deferred():  # a half-made process group would leave the other ranks a C++ error to print
             fabric.launch()
     torch.manual_seed(int(cfg.seed))
     auto = str(cfg.fl.num_clients) == "auto"

@@ -10,6 +10,7 @@ import sys
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from . import signals
 from .errors import ConfigError, FLError, ResumeError, StopRequested
 from .schema import register
 
@@ -124,12 +125,13 @@ def user_full_error() -> bool:
 
 def main(hydra_main, argv: list[str], conf_dir: str) -> None:
     """``train.py``'s body: :func:`prepare`, then the Hydra app; a config that does not compose is one line, exit 2."""
-    argv = prepare(argv, conf_dir)
-    sys.argv[1:] = argv
-    os.environ.setdefault("FL_HYDRA_FULL_ERROR", "1" if user_full_error() else "0")
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     try:
-        hydra_main()
+        with signals.during_setup("composing the config"):
+            argv = prepare(argv, conf_dir)
+            sys.argv[1:] = argv
+            os.environ.setdefault("FL_HYDRA_FULL_ERROR", "1" if user_full_error() else "0")
+            os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
+            hydra_main()
     except Exception as err:
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
@@ -170,11 +172,6 @@ def merge_overrides(saved: list[str], new: list[str]) -> list[str]:
     keys (resume, force_resume, stop_after_rounds, overwrite) are never carried over."""
     keys = {_okey(o) for o in new}
     return [o for o in saved if _okey(o) not in keys and _okey(o) not in CONTROL] + list(new)
-
-
-def _is_launched_child() -> bool:
-    """A process Lightning's launcher started for rank > 0 (it re-runs train.py): rank 0 owns the run directory."""
-    return int(os.environ.get("LOCAL_RANK", 0) or 0) > 0 or int(os.environ.get("NODE_RANK", 0) or 0) > 0
 
 
 def resume_config(cfg: DictConfig, run_dir: str, force: bool) -> DictConfig:
@@ -240,47 +237,6 @@ def _resume_hint(run_dir: str) -> str:
     return f"  python train.py resume={run_dir}"
 
 
-class EarlySignal(BaseException):
-    """SIGINT / SIGTERM before the training loop took over the signals (while building or restoring); a
-    BaseException, like KeyboardInterrupt, so that no `except Exception` on the way turns it into another error."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(f"signal {signum}")
-
-
-def _early_signal(signum, frame):
-    raise EarlySignal(signum)
-
-
-def _install_early_handlers() -> None:
-    import signal
-
-    try:
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, _early_signal)
-    except ValueError:  # not the main thread
-        pass
-
-
-def _tell_children(signum: int, wait_s: float = 30.0) -> None:
-    """Pass a signal that stopped the launcher before the loop on to the ranks it started (a signal reaches the
-    launcher only), and wait for them, so no rank is left waiting for the launcher in a collective."""
-    import time
-
-    from .build import launched_children
-
-    procs = launched_children()
-    for p in procs:
-        p.send_signal(signum)
-    deadline = time.time() + wait_s
-    for p in procs:
-        try:
-            p.wait(max(0.0, deadline - time.time()))
-        except Exception:  # still running after the wait: stop it
-            p.kill()
-
-
 _DISK_ERRORS = {"ENOSPC": "the disk is full", "EDQUOT": "the disk quota is exceeded", "EACCES": "permission denied",
                 "EPERM": "permission denied", "EROFS": "the file system is read-only"}
 
@@ -308,12 +264,17 @@ def _resume_dir(cfg: DictConfig) -> str | None:
 # ---------------------------------------------------------------------------------------------- run
 def run(cfg: DictConfig) -> dict | None:
     """Build and run one job; user errors become one line on stderr and a non-zero exit."""
+    with signals.during_setup("building the run"):  # the loop takes the signals over after its first round
+        signals.set_phase("building the run", _resume_dir(cfg))
+        return _run(cfg)
+
+
+def _run(cfg: DictConfig) -> dict | None:
     full = user_full_error()
     resume = _resume_dir(cfg)
     run_dir = resume or str(cfg.run_dir)
-    child = _is_launched_child()
+    child = signals.is_launched_child()
     loop = None
-    _install_early_handlers()  # the loop installs its own (finish the round, checkpoint) once it runs
     try:
         from .schema import check
 
@@ -328,6 +289,7 @@ def run(cfg: DictConfig) -> dict | None:
             if not resume:
                 guard_fresh_run(run_dir, flag(cfg, "overwrite"))
         loop = build(cfg, run_dir)
+        signals.set_phase("restoring the checkpoint" if resume else "setting up the strategy")
         loop.setup(resume=resume, force=force)
         if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone
             OmegaConf.save(cfg, os.path.join(run_dir, "config.yaml"), resolve=True)
@@ -344,14 +306,6 @@ def run(cfg: DictConfig) -> dict | None:
         print(f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir)}",
               file=sys.stderr)
         sys.exit(128 + stop.signum)
-    except EarlySignal as sig:
-        if child:
-            sys.exit(128 + sig.signum)
-        _tell_children(sig.signum)
-        phase = "restoring the checkpoint" if loop is not None else "building the run"
-        fail(f"stopped by signal {sig.signum} while {phase}, before any round ran; this invocation wrote no "
-             "checkpoint" + (f" (resume again with: python train.py resume={run_dir})" if resume else ""),
-             code=128 + sig.signum)
     except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM: abort now, without a traceback
         last = getattr(getattr(loop, "checkpointer", None), "last", None)
         fail(f"aborted by a second signal; the last checkpoint is {last or 'none'}"

@@ -27,3 +27,4 @@ class StopRequested(Exception):
     def __init__(self, round_done: int, signum: int):
         self.round_done, self.signum = round_done, signum
         super().__init__(f"stopped by signal {signum} after round {round_done}")
+

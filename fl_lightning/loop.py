@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import seeding
+from . import seeding, signals
 from .checkpoint import Checkpointer, TensorDict, TorchRNG
 from .client_store import ClientStateStore
-from .errors import NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
+from .errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
 from .progress import RoundProgress
 from .recorder import RunRecorder
 from .schedule import lr_factor
@@ -98,6 +98,7 @@ class FederatedLoop:
         self.model_bits = sum(v.numel() * v.element_size() * 8 for v in self.global_params.values())
         self.round = 0  # rounds completed
         self._stop_signal: int | None = None
+        self._first_round = -1  # the round this invocation started at (set by run)
 
     # ------------------------------------------------------------------ helpers
     def _load_global_into_module(self) -> None:
@@ -327,6 +328,10 @@ class FederatedLoop:
             if path is None:
                 raise ResumeError(f"resume: no checkpoint under {root}; "
                                   "point resume= at a run directory that has checkpoints/round_*")
+            if self.round > self.R:  # refused before anything (metrics, summary, config) is rewritten
+                raise ConfigError("fl.rounds", f"{self.R} is fewer than the {self.round} rounds this run already did "
+                                  f"({path}); resuming would rewrite its summary as if it had stopped there",
+                                  f"resume with fl.rounds={self.round} or more, or start a new run elsewhere")
             self.recorder.write_csv()
             log.info("resumed from %s (round %d)", path, self.round)
         self._find_pins()
@@ -347,6 +352,9 @@ class FederatedLoop:
 
     # ------------------------------------------------------------------ run
     def _on_signal(self, signum, frame):  # first signal: stop at the next safe point; second: abort
+        if self.round == self._first_round:  # no round of this invocation done: nothing to save, stop at once
+            signals.set_phase(f"running round {self.round + 1}, before this invocation finished a round")
+            signals.stop_now(signum)
         if self._stop_signal is not None:
             raise KeyboardInterrupt
         self._stop_signal = signum
@@ -364,6 +372,7 @@ class FederatedLoop:
 
     def run(self, stop_after_rounds: int | None = None, progress_enabled: bool = True) -> dict:
         every = self.config.checkpoint_every
+        self._first_round = self.round
         self.recorder.start_clock()
         old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
         try:

@@ -41,7 +41,7 @@ class FL:
     clients_per_round: int = key(8, "clients sampled each round, uniformly without replacement, seeded by "
                                     "(seed, round)", "int", 1, 10**7)
     rounds: int = key(40, "communication rounds", "int", 1, 10**9)
-    local_steps: Optional[int] = key(10, "K local steps per round (null: train by fl.local_epochs)", "int", 1, 10**9,
+    local_steps: Optional[int] = key(10, "K local steps per round (null: train by fl.local_epochs)", "int", 1, 10**6,
                                      nullable=True)
     local_epochs: Optional[int] = key(None, "E local epochs per round instead of K steps", "int", 1, 10**6,
                                       nullable=True, example="1")

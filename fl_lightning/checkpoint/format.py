@@ -1,6 +1,7 @@
 """The checkpoint format: folder names, dtypes in client files, the version, and listing checkpoints."""
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -12,6 +13,8 @@ from torch import Tensor
 
 from ..errors import ResumeError
 
+log = logging.getLogger("fl_lightning")
+
 FORMAT = 3
 _NAME = re.compile(r"^round_(\d{6})$")
 RETAINED = ".clients"  # suffix of a pruned checkpoint folder kept for the client files later checkpoints refer to
@@ -20,10 +23,32 @@ DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF1
 _DTYPE_NAME = {v: k for k, v in DTYPES.items()}
 
 
+_SKIPPED: set[str] = set()  # entries already reported (one line each, not one per save)
+
+
 def list_checkpoints(ckpt_root: str) -> list[str]:
-    if not os.path.isdir(ckpt_root):
+    """The checkpoint folders under ``ckpt_root``, oldest first. An entry with a checkpoint's name that is not a
+    folder (a plain file, a dangling link) is skipped with one warning line, as a damaged checkpoint is."""
+    try:
+        names = sorted(n for n in os.listdir(ckpt_root) if _NAME.match(n))
+    except OSError:  # no checkpoints folder yet (or not one)
         return []
-    return [os.path.join(ckpt_root, n) for n in sorted(n for n in os.listdir(ckpt_root) if _NAME.match(n))]
+    found = []
+    for n in names:
+        path = os.path.join(ckpt_root, n)
+        if os.path.isdir(path):
+            found.append(path)
+        elif path not in _SKIPPED:
+            _SKIPPED.add(path)
+            log.warning("checkpoint %s is not a folder (a plain file or a broken link): skipped", path)
+    return found
+
+
+def move_aside(path: str) -> None:
+    """A non-folder entry where a checkpoint folder goes is renamed ``<name>.stray`` (kept, never deleted)."""
+    stray = path + ".stray"
+    os.replace(path, stray)
+    log.warning("%s was not a checkpoint folder: moved to %s", path, stray)
 
 
 def _split(state: dict[str, Any]) -> tuple[dict[str, Tensor], dict[str, Any]]:

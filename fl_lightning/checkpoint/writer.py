@@ -18,7 +18,7 @@ from torch import Tensor
 from ._base import _CheckpointerBase
 from .clients import _client_bytes, _index, _sparse, _write_clients
 from .files import _fsync, _put, _sync_files, _write_json
-from .format import FORMAT, RETAINED, _nbytes, _split, list_checkpoints
+from .format import FORMAT, RETAINED, _nbytes, _split, list_checkpoints, move_aside
 from .state import ClientShards, Stateful
 
 log = logging.getLogger("fl_lightning")
@@ -145,7 +145,10 @@ class CheckpointWriter(_CheckpointerBase):
 
     def _fresh_tmp(self, job: "_Job") -> None:
         os.makedirs(self.root, exist_ok=True)
-        shutil.rmtree(job.tmp, ignore_errors=True)
+        if os.path.isdir(job.tmp) and not os.path.islink(job.tmp):
+            shutil.rmtree(job.tmp, ignore_errors=True)  # a write that was cut off
+        elif os.path.lexists(job.tmp):
+            os.remove(job.tmp)  # the staging name is ours: whatever else sits there is not a checkpoint
         os.makedirs(job.tmp)
 
     def _save_clients(self, job: "_Job") -> tuple[dict[str, tuple], dict[str, str]]:
@@ -175,8 +178,10 @@ class CheckpointWriter(_CheckpointerBase):
                                 "files": dict(sorted(files.items()))}
         _write_json(meta, os.path.join(job.tmp, "meta.json"))
         _fsync(job.tmp)
-        if os.path.exists(job.final):
+        if os.path.isdir(job.final) and not os.path.islink(job.final):
             shutil.rmtree(job.final)
+        elif os.path.lexists(job.final):
+            move_aside(job.final)
         os.replace(job.tmp, job.final)
         _fsync(self.root)
         if self.keep_last > 0:
@@ -204,7 +209,11 @@ class CheckpointWriter(_CheckpointerBase):
     def _references(self, path: str) -> set[str]:
         """The checkpoints whose client files the indexes of ``path`` refer to (an unreadable index: none)."""
         found: set[str] = set()
-        for f in os.listdir(path):
+        try:
+            names = os.listdir(path)
+        except OSError:  # unreadable: it refers to nothing we can keep
+            return found
+        for f in names:
             if self._rank_file(f, ".json"):
                 try:
                     with open(os.path.join(path, f)) as fh:

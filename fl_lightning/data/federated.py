@@ -22,6 +22,8 @@ class FederatedData:
     shuffled passes, the last batch of a pass possibly smaller.
     """
 
+    AHEAD_ROWS = 1 << 16  # rows drawn ahead per copy: a round of any length plans in bounded memory
+
     def __init__(self, train: TensorSet, test: TensorSet, info: DataInfo, client_indices: list[np.ndarray],
                  batch_size: int, seed: int, eval_batch_size: int = 1024):
         self.train, self.test, self.info = train, test, info
@@ -56,15 +58,15 @@ class FederatedData:
             for take, _ in plan:
                 yield self.train.batch(take, device, g)
             return
-        plan = list(plan)  # drawn ahead: the round's indices and augmentation randomness move in one copy each
-        order = torch.cat([take for take, _ in plan]).to(self.train.device, non_blocking=True)
-        noise = [z for _, z in plan if z is not None]
-        noise = torch.cat(noise, dim=1).to(device, non_blocking=True) if noise else None
-        start = 0
-        for take, _ in plan:
-            end = start + len(take)
-            yield self.train.batch(order[start:end], device, g, None if noise is None else noise[:, start:end])
-            start = end
+        for chunk in _chunks(plan, self.AHEAD_ROWS):  # drawn ahead: indices and augmentation randomness of many
+            order = torch.cat([take for take, _ in chunk]).to(self.train.device, non_blocking=True)  # batches move
+            noise = [z for _, z in chunk if z is not None]                      # in one copy each, in bounded memory
+            noise = torch.cat(noise, dim=1).to(device, non_blocking=True) if noise else None
+            start = 0
+            for take, _ in chunk:
+                end = start + len(take)
+                yield self.train.batch(order[start:end], device, g, None if noise is None else noise[:, start:end])
+                start = end
 
     def _plan(self, client: int, g: torch.Generator, local_steps: int | None, local_epochs: int | None,
               draw) -> Iterator[tuple[Tensor, Tensor | None]]:
@@ -103,3 +105,16 @@ class FederatedData:
     def test_batches(self, device) -> Iterator[dict]:
         for s in range(0, len(self.test), self.eval_batch_size):
             yield self.test.batch(torch.arange(s, min(s + self.eval_batch_size, len(self.test))), device)
+
+
+def _chunks(plan: Iterator[tuple[Tensor, Tensor | None]], rows: int) -> Iterator[list]:
+    """The plan's batches in lists of about ``rows`` rows (at least one batch each), drawn lazily in order."""
+    chunk, n = [], 0
+    for item in plan:
+        chunk.append(item)
+        n += len(item[0])
+        if n >= rows:
+            yield chunk
+            chunk, n = [], 0
+    if chunk:
+        yield chunk

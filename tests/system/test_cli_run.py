@@ -1,6 +1,6 @@
 """cli.run and the loop's stop logic in-process (issue "Reliability" items 3-4): a full disk is one line that names the
 last complete checkpoint; a signal during the last round lets the run finish with its summary; a signal during a
-save stops right after it; a signal while the run is being built is one line."""
+save stops right after it (a signal during set-up: tests/system/test_hardening.py)."""
 from __future__ import annotations
 
 import errno
@@ -75,13 +75,28 @@ def test_a_signal_during_a_save_stops_right_after_it(tmp_path):
     assert stop.value.round_done == 1 and loop.round == 1
 
 
-def test_a_signal_while_building_is_one_line(tmp_path, monkeypatch, capsys, restore_signals):
-    import fl_lightning.build as build_mod
+def test_a_signal_in_the_first_round_stops_at_once(tmp_path, monkeypatch):
+    """Before this invocation finished a round nothing is worth a checkpoint: the loop's handler ends the process at
+    once (``signals.stop_now``) instead of finishing the round; from the second round on it checkpoints first."""
+    from fl_lightning import signals
 
-    def build(cfg, run_dir, fabric=None):
-        os.kill(os.getpid(), signal.SIGTERM)
-        raise AssertionError("the signal should have stopped the build")
+    calls = []
 
-    monkeypatch.setattr(build_mod, "build", build)
-    code, err = _run_cli(make_cfg(FAST, tmp_path), capsys)
-    assert code == 128 + signal.SIGTERM and len(err) == 1 and "while building the run" in err[0], err
+    def stop_now(signum, frame=None):
+        calls.append((signum, signals._STATE["phase"]))
+        raise SystemExit(128 + signum)
+
+    monkeypatch.setattr(signals, "stop_now", stop_now)
+    loop = build_loop(FAST + ["fl.rounds=3"], tmp_path)
+    run_round = loop.run_round
+
+    def signalled_round(r, progress):
+        if r == 0:
+            loop._on_signal(signal.SIGTERM, None)
+        return run_round(r, progress)
+
+    loop.run_round = signalled_round
+    with pytest.raises(SystemExit):
+        loop.run(progress_enabled=False)
+    assert calls == [(signal.SIGTERM, "running round 1, before this invocation finished a round")]
+    assert not (tmp_path / "checkpoints").exists() or not os.listdir(tmp_path / "checkpoints")

@@ -102,3 +102,32 @@ def test_every_checkpoint_damaged_is_one_line(tmp_path):
     with pytest.raises(DamagedCheckpoint) as err:
         build_loop(OV + ["fl.rounds=4"], d, resume=str(d))
     assert "every checkpoint" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_plain_file_among_the_checkpoints_is_skipped_with_one_line(tmp_path, caplog, straight):
+    """A plain file where the newest checkpoint folder was (and a dangling link beyond it): each is skipped with one
+    warning line; the run continues from the previous checkpoint exactly, writes its own round 3 (the file is moved
+    aside, not deleted) and resumes again later."""
+    import shutil
+
+    from fl_lightning.checkpoint import format as fmt
+
+    fmt._SKIPPED.clear()
+    d = tmp_path / "run"
+    _three_rounds(d)
+    ck = d / "checkpoints"
+    shutil.rmtree(ck / "round_000003")
+    (ck / "round_000003").write_text("not a checkpoint")
+    os.symlink(tmp_path / "nowhere", ck / "round_000009")
+    with caplog.at_level(logging.WARNING, logger="fl_lightning"):
+        loop = build_loop(OV + ["fl.rounds=4"], d, resume=str(d))
+        assert loop.round == 2
+        loop.run(progress_enabled=False)
+    lines = [r.getMessage() for r in caplog.records if "not a folder" in r.getMessage()]
+    assert len(lines) == 2 and all("\n" not in ln for ln in lines), lines
+    assert {"round_000003", "round_000009"} == {ln.split("checkpoint ")[1].split(" ")[0].rsplit("/", 1)[1] for ln in lines}
+    for k, v in straight.items():
+        assert torch.equal(loop.global_params[k], v), k
+    assert (ck / "round_000003.stray").read_text() == "not a checkpoint" and (ck / "round_000003").is_dir()
+    again = build_loop(OV + ["fl.rounds=5"], d, resume=str(d))  # a later resume: the newest good one, no traceback
+    assert again.round == 4

@@ -1,0 +1,112 @@
+"""SIGINT / SIGTERM before a round of this invocation is done: the process ends at once, with one line.
+
+While Python imports, Hydra composes, the run is built or restored and the first round runs, nothing is worth a
+checkpoint, and an exception raised from a signal handler can land anywhere (inside an extension module's import it
+becomes an unrelated error): :func:`during_setup` installs handlers that pass the signal on to the ranks this process
+launched, print one line and leave with ``os._exit`` (the exit code ``128 + signal``). Once a round is done the loop's
+own handler takes over (finish the round, checkpoint, stop: ``FederatedLoop.run``). Torch-free.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+LAUNCHERS: list = []  # Lightning launchers of this process (their ``procs`` are the ranks it started)
+_STATE = {"phase": "starting", "resume": None}
+
+
+def set_phase(phase: str, resume: str | None = None) -> None:
+    """What the process is doing (the line a signal prints says so); ``resume``: the run directory being resumed."""
+    _STATE["phase"] = phase
+    if resume is not None:
+        _STATE["resume"] = resume
+
+
+def is_launched_child() -> bool:
+    """A process Lightning's launcher started for rank > 0 (it re-runs train.py): rank 0 owns the run directory."""
+    return int(os.environ.get("LOCAL_RANK", 0) or 0) > 0 or int(os.environ.get("NODE_RANK", 0) or 0) > 0
+
+
+def launched_children() -> list:
+    """The rank processes this process's Fabric launchers started (``subprocess.Popen``), still running."""
+    return [p for la in LAUNCHERS for p in getattr(la, "procs", []) if p.poll() is None]
+
+
+def tell_children(signum: int, wait_s: float = 30.0) -> None:
+    """Pass a signal on to the ranks this process started (a signal reaches the launcher only) and wait for them, so
+    no rank is left waiting in a collective; one still running after ``wait_s`` is killed."""
+    procs = launched_children()
+    for p in procs:
+        p.send_signal(signum)
+    deadline = time.time() + wait_s
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.time()))
+        except Exception:
+            p.kill()
+
+
+def stop_now(signum: int, frame=None) -> None:
+    """End the process at once: children told, one line on stderr (rank 0 only), exit ``128 + signum``."""
+    tell_children(signum)
+    if not is_launched_child():
+        resume = _STATE["resume"]
+        hint = f" (resume again with: python train.py resume={resume})" if resume else ""
+        msg = f"error: stopped by signal {signum} while {_STATE['phase']}; this invocation wrote no checkpoint{hint}\n"
+        try:
+            if sys.stderr.isatty():
+                msg = "\x1b[?25h\n" + msg  # a progress bar may have hidden the cursor
+            sys.stderr.flush()
+            os.write(2, msg.encode())
+        except Exception:
+            pass
+    os._exit(128 + signum)
+
+
+def install() -> dict:
+    """:func:`stop_now` for SIGINT and SIGTERM; returns the handlers replaced (none outside the main thread)."""
+    old = {}
+    try:
+        for s in SIGNALS:
+            old[s] = signal.signal(s, stop_now)
+    except ValueError:  # not the main thread: no signal handling
+        pass
+    return old
+
+
+def restore(old: dict) -> None:
+    for s, h in old.items():
+        signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def during_setup(phase: str):
+    """:func:`install` while the block runs (set-up: a signal ends the process at once), then the old handlers."""
+    set_phase(phase)
+    old = install()
+    try:
+        yield
+    finally:
+        restore(old)
+
+
+@contextlib.contextmanager
+def deferred():
+    """SIGINT / SIGTERM held while the block runs (recorded, then raised again under the previous handlers): for
+    steps a signal must not cut in half, such as forming the process group (the other ranks would print a C++ error)."""
+    got: list[int] = []
+    try:
+        old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in SIGNALS}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        restore(old)
+        if got:
+            signal.raise_signal(got[0])

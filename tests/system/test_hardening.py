@@ -1,0 +1,101 @@
+"""Issue "Hardening, second pass" through the CLI: a local-step count that would plan the machine out of memory is
+one line within seconds; SIGTERM during set-up or the first round ends the process at once with one line; a resume
+asking for fewer rounds than the run already did is refused in one line and rewrites nothing."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers.cli import FAST, ROOT, cli_in_process, one_line_error, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_billion_local_steps_is_one_line_within_seconds(tmp_path):
+    t = time.time()
+    p = run_cli(FAST + ["fl.local_steps=1000000000", f"hydra.run.dir={tmp_path}"], timeout=60)
+    line = one_line_error(p, "fl.local_steps", "1000000")
+    assert "fix: set e.g. fl.local_steps=10" in line
+    assert time.time() - t < 30  # refused before torch is imported (~0.5 s idle)
+
+
+def test_planning_a_long_round_holds_bounded_memory():
+    """The batch plan of a round is drawn ahead in bounded chunks: a round of a million steps starts at once and
+    yields the same batches as drawing the whole plan first (what the loop did before)."""
+    import itertools
+
+    import torch
+
+    from fl_lightning.data import build_federated_data
+    from tests.helpers.cli import make_cfg
+
+    data = build_federated_data(make_cfg(FAST).data, 6, 0, "cpu")
+    first = list(itertools.islice(data.client_batches(0, 3, "cpu", local_steps=10**6), 5))
+    short = list(data.client_batches(0, 3, "cpu", local_steps=5))
+    for a, b in zip(first, short):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    old, data.AHEAD_ROWS = data.AHEAD_ROWS, 1  # one batch per copy: the same stream
+    try:
+        for a, b in zip(data.client_batches(0, 3, "cpu", local_steps=5), short):
+            assert all(torch.equal(a[k], b[k]) for k in a)
+    finally:
+        data.AHEAD_ROWS = old
+
+
+def _wait_for(pred, limit=120.0):
+    deadline = time.time() + limit
+    while not pred() and time.time() < deadline:
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("when", ["importing", "composing", "first round"])
+def test_sigterm_during_set_up_ends_at_once_with_one_line(tmp_path, when):
+    d = tmp_path / "run"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("HYDRA_FULL_ERROR", None)
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *FAST, "fl.local_steps=1000000",
+                             f"hydra.run.dir={d}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        if when == "importing":
+            time.sleep(0.05)
+        elif when == "composing":
+            time.sleep(0.6)
+        else:  # the config is saved once the run is built: the loop is about to start (or in) its first round
+            _wait_for(lambda: (d / "config.yaml").exists())
+            time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        t = time.time()
+        _, err = proc.communicate(timeout=60)
+        took = time.time() - t
+    finally:
+        proc.kill()
+    lines = err.strip().splitlines()
+    errors = [ln for ln in lines if ln.startswith("error:") or "Traceback" in ln]
+    assert proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM), err[-2000:]
+    if proc.returncode > 0:  # Python's handlers were in place: exactly one line says so
+        assert len(errors) == 1 and errors[0].startswith("error: stopped by signal 15"), err[-2000:]
+    assert took < 20, took  # at once (a few seconds on a busy 2-core machine: interpreter exit)
+    assert not list((d / "checkpoints").glob("round_*")) if (d / "checkpoints").exists() else True
+    if when == "first round":
+        assert "while running round 1" in errors[0], errors
+
+
+def test_resuming_with_fewer_rounds_than_done_is_refused_and_rewrites_nothing(tmp_path):
+    d = tmp_path / "run"
+    code, err = cli_in_process(FAST + ["fl.rounds=3", f"hydra.run.dir={d}"], d)
+    assert code == 0, err
+    before = {f: (d / f).read_bytes() for f in ("summary.json", "config.yaml", "metrics.csv")}
+    code, err = cli_in_process(FAST + ["fl.rounds=2", f"resume={d}"], d)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("error: config error: fl.rounds: 2 is fewer than the 3 rounds") and \
+        "fix: resume with fl.rounds=3 or more" in lines[0], lines
+    assert {f: (d / f).read_bytes() for f in before} == before
+    code, err = cli_in_process(FAST + ["fl.rounds=3", f"resume={d}"], d)  # the fix: nothing left to run, no error
+    assert code == 0, err
