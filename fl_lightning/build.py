@@ -43,6 +43,13 @@ def validate(cfg: DictConfig) -> None:
     if acc in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError("trainer.accelerator", f"{acc} asked for but no CUDA GPU is visible to this process",
                           "use trainer.accelerator=cpu (or auto)")
+    if acc in ("tpu", "mps"):
+        from lightning.fabric.accelerators import MPSAccelerator, XLAAccelerator
+
+        if not (XLAAccelerator if acc == "tpu" else MPSAccelerator).is_available():
+            need = "a TPU host with torch_xla installed" if acc == "tpu" else "an Apple-silicon Mac"
+            raise ConfigError("trainer.accelerator", f"{acc} asked for but this machine has none ({acc} needs {need})",
+                              "use trainer.accelerator=cpu (or auto)")
 
 
 def _result_view(cfg: DictConfig) -> dict:
@@ -217,9 +224,31 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
     info = {"model": _display_name(cfg.model), "data": _display_name(cfg.data), **dict(data.info.provenance or ())}
     recorder = RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")), rank=rank,
                            log_fn=fabric.log_dict, info=info)
-    config = LoopConfig(**vars(OmegaConf.to_object(cfg.fl)), seed=cfg.seed, checkpoint_every=cfg.checkpoint.every)
+    config = LoopConfig(**vars(OmegaConf.to_object(cfg.fl)), seed=cfg.seed, checkpoint_every=cfg.checkpoint.every,
+                        **lr_keys(cfg))
     return FederatedLoop(fabric, module, data, strategy, config, run_dir, store=store,
                          checkpointer=checkpointer, recorder=recorder)
+
+
+def lr_keys(cfg: DictConfig) -> dict[str, str | None]:
+    """The keys a user types for the clients' learning rate (the local optimizer's ``lr``) and the server's (a
+    server optimizer's ``lr``, else a part's ``server_lr``), following interpolations (``${method.server_lr}``)."""
+    from .config import _interpolation_source
+
+    def typed(key: str) -> str:
+        return _interpolation_source(cfg, key) or key
+
+    client = typed("optimizer.lr") if OmegaConf.select(cfg, "optimizer.lr") is not None else None
+    server = None
+    parts = cfg.method.get("parts") if OmegaConf.is_config(cfg.method) else None
+    for name, node in (parts.items() if OmegaConf.is_config(parts) else ()):
+        if not OmegaConf.is_dict(node):
+            continue
+        if node.get("server_opt") is not None:
+            server = typed(f"method.parts.{name}.server_opt.lr")
+        elif "server_lr" in node and server is None:
+            server = typed(f"method.parts.{name}.server_lr")
+    return {"client_lr_key": client, "server_lr_key": server}
 
 
 def _display_name(node) -> str:

@@ -44,6 +44,8 @@ class LoopConfig(FL):
 
     seed: int = 0
     checkpoint_every: int = 1
+    client_lr_key: str | None = "method.lr"  # the keys a user types for the clients' and the server's learning rate:
+    server_lr_key: str | None = None  # a diverging run's message names the one that grew the loss
 
 
 def assign_clients(work: list[float], world: int, clients=None, pinned=None) -> dict[int, int] | list[int]:
@@ -210,6 +212,8 @@ class FederatedLoop:
                 loss = self.module.training_step(batch, k)
             self.fabric.backward(loss)
             client.batch, client.loss = batch, loss.detach()
+            if k == 0:
+                first_loss = client.loss  # at the model the client received (read only if the loss diverges)
             self.strategy.after_backward(client)
             if clip:
                 torch.nn.utils.clip_grad_norm_(list(self.params.values()), float(clip))
@@ -220,17 +224,30 @@ class FederatedLoop:
             loss_sum += loss.detach().float()
         mean_loss = float(loss_sum) / max(1, client.step)
         if not math.isfinite(mean_loss):
-            last = self.checkpointer.last
-            where = f"; last good checkpoint: {last}" if last else "; no checkpoint was written yet"
-            raise NonFiniteLossError(
-                f"training loss became {mean_loss} at round {r + 1}, client {cid}: lower the learning rate "
-                f"(method.lr) or set method.grad_clip{where}"
-            )
+            raise NonFiniteLossError(self._divergence(r, cid, mean_loss, float(first_loss)))
         client.batch = client.loss = None
         msgs = self.strategy.client_end(client)
         self.store.checkin(cid, client.state)
         client.optimizer = None
         return msgs, mean_loss
+
+    def _divergence(self, r: int, cid: int, mean_loss: float, first_loss: float) -> str:
+        """One line naming the learning rate that grew the loss: finite at the model the client received, then not,
+        the client steps did (the clients' lr); already not finite there, the server's step of an earlier round did
+        (the server's lr), or, in round 1, the initial model or the data."""
+        c = self.config
+        last = self.checkpointer.last
+        where = f"; last good checkpoint: {last}" if last else "; no checkpoint was written yet"
+        head = f"training loss became {mean_loss} at round {r + 1}, client {cid}"
+        if math.isfinite(first_loss):
+            fix = f"lower the clients' learning rate ({c.client_lr_key or 'the local optimizer lr'}) or set method.grad_clip"
+            return f"{head}, growing over its local steps from {first_loss:.4g}: {fix}{where}"
+        if r == 0:
+            return (f"{head}: the loss is {first_loss} already at the initial model: check the data for NaN/inf "
+                    f"inputs and the model's initialisation{where}")
+        server = c.server_lr_key or "the server step's learning rate"
+        return (f"{head}: the loss is {first_loss} already at the global model the server sent, so the server's "
+                f"update grew it: lower the server's learning rate ({server}){where}")
 
     # ------------------------------------------------------------------ one round
     def run_round(self, r: int, progress: RoundProgress | None = None) -> dict[str, float]:

@@ -99,3 +99,30 @@ def test_resuming_with_fewer_rounds_than_done_is_refused_and_rewrites_nothing(tm
     assert {f: (d / f).read_bytes() for f in before} == before
     code, err = cli_in_process(FAST + ["fl.rounds=3", f"resume={d}"], d)  # the fix: nothing left to run, no error
     assert code == 0, err
+
+
+@pytest.mark.parametrize("overrides,named", [
+    (["method.parts.aggregation.server_lr=1e30"], "method.parts.aggregation.server_lr"),
+    (["method=fedadam", "method.server_lr=1e30"], "method.server_lr"),
+    (["method.lr=1e30"], "method.lr"),
+])
+def test_a_diverging_run_names_the_learning_rate_that_grew_the_loss(tmp_path, overrides, named):
+    code, err = cli_in_process(FAST + overrides + [f"hydra.run.dir={tmp_path}"], tmp_path)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    fix = lines[0].split(": lower ", 1)[1]
+    assert f"({named})" in fix and fix.count("method.") == 1 + ("grad_clip" in fix), lines[0]
+    assert ("server" in fix) == ("server" in named or "gamma" in named), lines[0]
+
+
+def test_an_accelerator_this_machine_lacks_is_one_line(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the message on a machine without the accelerator")
+    for acc in ("tpu", "mps", "gpu"):
+        code, err = cli_in_process(FAST + [f"trainer.accelerator={acc}", f"hydra.run.dir={tmp_path / acc}"], tmp_path)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1, err
+        assert lines[0].startswith("error: config error: trainer.accelerator:") and \
+            "fix: use trainer.accelerator=cpu" in lines[0], lines
