@@ -88,12 +88,27 @@ def build_federated_data(cfg_data, num_clients: int | None, seed: int, device) -
     num_clients = count
     parts = [np.asarray(i, dtype=np.int64) for i in parts]
     empty = [i for i, q in enumerate(parts) if len(q) == 0]
-    _need(not empty, "fl.num_clients", f"client {empty[0] if empty else 0} received no training data "
-          f"({len(empty)} empty of {num_clients})",
-          "use fewer clients, a larger data.partition.alpha, or data.partition.min_size >= 1")
+    if empty:
+        _need(False, "fl.num_clients", f"client {empty[0]} received no training data ({len(empty)} empty of "
+              f"{num_clients}; {len(labels)} training examples)", _fewer_empty_clients(p, num_clients, len(labels)))
     if cfg_data.get("on_device", False):
         train, test = train.to(device), test.to(device)
     return FederatedData(train, test, info, parts, int(bs), seed, int(ebs))
+
+
+def _fewer_empty_clients(p, num_clients: int, n: int) -> str:
+    """The fix for clients left without data, in the chosen partitioner's own keys."""
+    fixes = ["use fewer clients (fl.num_clients)"]
+    if "shards_per_client" in p:
+        k = max(1, n // num_clients)
+        fixes[0] = f"use at most {n // int(p.shards_per_client)} clients (fl.num_clients)"
+        fixes.append(f"data.partition.shards_per_client={k}" if k < int(p.shards_per_client) else "")
+    if "alpha" in p:
+        fixes.append("a larger data.partition.alpha")
+    if "min_size" in p:
+        fixes.append("data.partition.min_size >= 1")
+    fixes = [f for f in fixes if f]
+    return ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
 
 
 __all__ = ["DataInfo", "FederatedData", "TensorSet", "build_federated_data", "FEDERATION_KEYS"]

@@ -65,7 +65,7 @@ def dirichlet_per_class(labels: np.ndarray, num_clients: int, rng: np.random.Gen
     raise ConfigError(
         "min_size",
         f"no Dirichlet(alpha={alpha}) split gave every one of {num_clients} clients >= {min_size} examples in {max_tries} tries",
-        "raise alpha, lower min_size or use fewer clients",
+        "raise data.partition.alpha, lower data.partition.min_size or use fewer clients (fl.num_clients)",
     )
 
 

@@ -40,11 +40,37 @@ def read_leaf(folder: str) -> tuple[list[str], dict[str, dict]]:
                           f"{split} (preprocess.sh -s niid --sf 1.0 -k 0 -t sample) in {folder}, or set data.root")
     users, data = [], {}
     for path in files:
-        with open(path, encoding="utf-8") as f:
-            part = json.load(f)
-        users += [u for u in part["users"] if u not in data]
-        data.update(part["user_data"])
+        try:
+            with open(path, encoding="utf-8") as f:
+                part = json.load(f)
+            found = _leaf_users(part)
+        except (OSError, ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError included
+            what = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+            raise ConfigError("root", f"{path} is not a LEAF json file ({type(err).__name__}: {what})",
+                              f"replace it with LEAF's file (preprocess.sh -s niid --sf 1.0 -k 0 -t sample writes "
+                              f"{{\"users\": [...], \"user_data\": {{user: {{\"x\": [...], \"y\": [...]}}}}}}), "
+                              "or point data.root at another folder") from None
+        users += [u for u in found if u not in data]
+        data.update({u: part["user_data"][u] for u in found})
     return users, data
+
+
+def _leaf_users(part) -> list[str]:
+    """The users of one LEAF file, after checking its shape: ``users`` (a list), ``user_data[user]`` with ``x`` and
+    ``y`` lists of strings of equal length."""
+    if not isinstance(part, dict) or not isinstance(part.get("users"), list) or \
+            not isinstance(part.get("user_data"), dict):
+        raise ValueError('expected an object with "users" (a list) and "user_data" (an object)')
+    for u in part["users"]:
+        d = part["user_data"].get(u) if isinstance(u, str) else None
+        if not isinstance(d, dict):
+            raise KeyError(f"user {u!r} of \"users\" has no user_data")
+        x, y = d.get("x"), d.get("y")
+        if not (isinstance(x, list) and isinstance(y, list) and len(x) == len(y)):
+            raise ValueError(f"user {u!r}: \"x\" and \"y\" must be lists of equal length")
+        if not all(isinstance(v, str) for v in x) or not all(isinstance(v, str) for v in y):
+            raise ValueError(f"user {u!r}: \"x\" and \"y\" must hold strings")
+    return part["users"]
 
 
 def to_ids(strings: list[str]) -> np.ndarray:

@@ -126,3 +126,47 @@ def test_an_accelerator_this_machine_lacks_is_one_line(tmp_path):
         assert code == 2 and len(lines) == 1, err
         assert lines[0].startswith("error: config error: trainer.accelerator:") and \
             "fix: use trainer.accelerator=cpu" in lines[0], lines
+
+
+def test_shards_that_cannot_be_formed_advise_shard_keys_not_alpha(tmp_path):
+    base = ["trainer.progress=false", "trainer.accelerator=cpu", "fl.rounds=1", "fl.local_steps=1",
+            "fl.clients_per_round=2", "data/partition=shards"]
+    code, err = cli_in_process(base + ["fl.num_clients=1000", f"hydra.run.dir={tmp_path / 'a'}"], tmp_path / "a")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "alpha" not in lines[0], err
+    assert lines[0].startswith("error: config error: fl.num_clients:"), lines
+    assert "fix: use at most 718 clients (fl.num_clients) or data.partition.shards_per_client=1" in lines[0], lines
+    for i, fix in enumerate(("fl.num_clients=718", "data.partition.shards_per_client=1")):  # either fix works
+        code, err = cli_in_process(base + ["fl.num_clients=1000", fix, f"hydra.run.dir={tmp_path / str(i)}"],
+                                   tmp_path / str(i))
+        assert code == 0, (fix, err)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "not json", "no users", "x not strings"])
+def test_a_malformed_leaf_file_names_the_key_and_the_file(tmp_path, damage):
+    import json
+
+    from tests.helpers.text_files import leaf_shakespeare
+
+    root = leaf_shakespeare(str(tmp_path / "leaf"), {"A": (30, 12), "B": (25, 9)})
+    path = os.path.join(root, "train", "all_data_niid_0_keep_0_train_9.json")
+    text = open(path).read()
+    doc = json.loads(text)
+    if damage == "truncated":
+        text = text[: len(text) // 2]
+    elif damage == "not json":
+        text = "\x00\x01 binary"
+    elif damage == "no users":
+        text = json.dumps({"user_data": doc["user_data"]})
+    else:
+        doc["user_data"]["A"]["x"][3] = [1, 2]
+        text = json.dumps(doc)
+    open(path, "w").write(text)
+    args = ["model=char_lstm", "data=shakespeare", f"data.root={root}", "data.train_per_client=20",
+            "data.test_per_client=8", "fl.num_clients=2", "fl.clients_per_round=2", "fl.local_steps=2", "fl.rounds=1",
+            "data.batch_size=5", "trainer.progress=false", "trainer.accelerator=cpu", f"hydra.run.dir={tmp_path / 'r'}"]
+    code, err = cli_in_process(args, tmp_path / "r")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0].startswith("error: config error: data.root:") and f"{path} is not a LEAF json file" in lines[0]
+    assert "fix: replace it with LEAF's file" in lines[0]
