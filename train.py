@@ -2,9 +2,10 @@
 import os
 import sys
 
-from fl_lightning import cli, signals
+from fl_lightning import cli, signals, threads
 
 signals.install()  # from here on SIGINT / SIGTERM during set-up end the run at once, with one line
+threads.passive_wait()  # idle OpenMP threads sleep (before torch loads): fast on a busy machine too
 
 import hydra  # noqa: E402
 

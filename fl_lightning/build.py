@@ -83,22 +83,19 @@ def result_diff(old: DictConfig, new: DictConfig) -> list[tuple[str, object, obj
 
 
 def apply_threads(cfg: DictConfig) -> int:
-    """``trainer.threads``: torch's intra-op CPU threads for this process. ``auto`` = the CPUs this process may use
-    divided by the processes per node (``trainer.devices``), unless ``OMP_NUM_THREADS`` is set; oversubscribed
-    threads on a busy machine made the default run many times slower than one thread (docs/benchmarks.md)."""
+    """``trainer.threads``: torch's intra-op CPU threads for this process; ``auto``:
+    :func:`fl_lightning.threads.auto_threads` (the CPUs this process may use over ``trainer.devices``, or
+    ``OMP_NUM_THREADS``). Idle OpenMP threads sleep instead of spinning (:func:`fl_lightning.threads.passive_wait`,
+    set by train.py before torch loads), so the default stays fast on a busy machine (docs/benchmarks.md)."""
     from .schema import check_value
+    from .threads import auto_threads
 
     t = cfg.trainer.threads
     check_value("trainer.threads", t)
-    if t == "auto":
-        if os.environ.get("OMP_NUM_THREADS"):
-            return torch.get_num_threads()
-        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        devices = cfg.trainer.devices
-        n = max(1, cpus // (devices if isinstance(devices, int) else 1))
-    else:
-        n = t
-    torch.set_num_threads(n)
+    devices = cfg.trainer.devices
+    n = auto_threads(devices if isinstance(devices, int) else 1) if t == "auto" else int(t)
+    if n != torch.get_num_threads():
+        torch.set_num_threads(n)
     return n
 
 

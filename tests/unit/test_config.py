@@ -103,3 +103,25 @@ def test_threads_setting(monkeypatch):
                 apply_threads(make_cfg([f"trainer.threads={bad}"]))
     finally:
         torch.set_num_threads(before)
+
+
+def test_train_py_makes_idle_openmp_threads_sleep_before_torch_loads():
+    """Spinning OpenMP threads collapsed the default run on a busy machine (docs/benchmarks.md): train.py sets
+    OMP_WAIT_POLICY=PASSIVE before torch loads libgomp, and leaves a policy the user chose alone."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers.cli import ROOT
+
+    code = ("import sys, os; import fl_lightning.threads as t; "
+            "print(os.environ.get('OMP_WAIT_POLICY'), t.passive_wait(), 'torch' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.stdout.split() == ["None", "True", "False"], out.stderr
+    src = open(os.path.join(ROOT, "train.py")).read()
+    assert src.index("threads.passive_wait()") < src.index("import hydra")  # before anything that may import torch
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run([sys.executable, "-c", "import os, fl_lightning.threads as t; print(t.passive_wait(), "
+                          "os.environ['OMP_WAIT_POLICY'])"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert out.stdout.split() == ["False", "ACTIVE"], out.stderr
