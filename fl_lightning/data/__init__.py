@@ -78,6 +78,9 @@ def build_federated_data(cfg_data, num_clients: int | None, seed: int, device) -
         extra["groups"] = None if group is None else group.cpu().numpy()
     _need(num_clients is not None or bool(extra), "fl.num_clients", f"auto needs a partition by natural groups, "
           f"not {target}", "use data/partition=natural, or give fl.num_clients a number")
+    _need(num_clients is None or num_clients <= len(labels), "fl.num_clients",  # before a partitioner sizes arrays by it
+          f"{num_clients} clients but {cfg_data.get('name') or 'the dataset'} has {len(labels)} training examples",
+          f"use at most {len(labels)} clients (fl.num_clients={min(len(labels), 16)}, say)")
     parts = instantiate(p, "data.partition", labels=labels, num_clients=num_clients, rng=rng, **extra)
     count = len(parts) if isinstance(parts, (list, tuple)) else -1
     _need(not extra or count < 1 or num_clients in (None, count), "fl.num_clients",

@@ -170,3 +170,11 @@ def test_a_malformed_leaf_file_names_the_key_and_the_file(tmp_path, damage):
     assert code == 2 and len(lines) == 1, err
     assert lines[0].startswith("error: config error: data.root:") and f"{path} is not a LEAF json file" in lines[0]
     assert "fix: replace it with LEAF's file" in lines[0]
+
+
+def test_more_clients_than_examples_is_refused_before_partitioning(tmp_path):
+    code, err = cli_in_process(FAST + ["fl.num_clients=10000000", f"hydra.run.dir={tmp_path}"], tmp_path)
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert lines[0] == ("error: config error: fl.num_clients: 10000000 clients but digits has 1437 training examples; "
+                        "fix: use at most 1437 clients (fl.num_clients=16, say)")
