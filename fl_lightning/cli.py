@@ -233,6 +233,20 @@ def guard_fresh_run(run_dir: str, overwrite: bool) -> None:
             os.remove(os.path.join(run_dir, name))
 
 
+def _say_where(summary: dict, run_dir: str, progress: bool) -> None:
+    """Where the run is (the progress bar's table says it on a terminal) and, when ``stop_after_rounds`` ended it
+    before ``fl.rounds``, how to go on."""
+    if not progress:
+        p = summary.get("primary_metric", "test_acc")
+        fmt = lambda v: f"{v:.4f}" if isinstance(v, float) else str(v)  # noqa: E731
+        print(f"{summary.get('method')}: {summary.get('rounds_done')} of {summary.get('rounds')} rounds, final {p} "
+              f"{fmt(summary.get(f'final_{p}'))} (best {fmt(summary.get(f'best_{p}'))}); run directory {run_dir}",
+              flush=True)
+    if not summary.get("finished", True):
+        print(f"stopped after round {summary.get('rounds_done')} (stop_after_rounds); checkpoint saved. Resume with:\n"
+              f"{_resume_hint(run_dir)}", file=sys.stderr, flush=True)
+
+
 def _resume_hint(run_dir: str) -> str:
     return f"  python train.py resume={run_dir}"
 
@@ -299,7 +313,11 @@ def _run(cfg: DictConfig) -> dict | None:
                 old = [str(o) for o in OmegaConf.load(saved)] if resume and os.path.exists(saved) else []
                 kept = [o for o in merge_overrides(old, ov) if _okey(o) not in CONTROL]
                 OmegaConf.save(ListConfig(kept), saved)
-        return loop.run(cfg.get("stop_after_rounds"), flag(cfg, "trainer.progress", default=True))
+        progress = flag(cfg, "trainer.progress", default=True)
+        summary = loop.run(cfg.get("stop_after_rounds"), progress)
+        if loop.rank == 0:
+            _say_where(summary, run_dir, progress)
+        return summary
     except StopRequested as stop:
         if child:  # rank 0 reports (and a non-zero child would make Lightning's observer kill the launcher)
             sys.exit(0)

@@ -178,3 +178,15 @@ def test_more_clients_than_examples_is_refused_before_partitioning(tmp_path):
     assert code == 2 and len(lines) == 1, err
     assert lines[0] == ("error: config error: fl.num_clients: 10000000 clients but digits has 1437 training examples; "
                         "fix: use at most 1437 clients (fl.num_clients=16, say)")
+
+
+def test_a_run_without_progress_bar_says_where_it_is_and_stop_after_rounds_how_to_go_on(tmp_path):
+    d = tmp_path / "run"
+    p = run_cli(FAST + ["stop_after_rounds=2", f"hydra.run.dir={d}"])
+    assert p.returncode == 0, p.stderr[-2000:]
+    last = p.stdout.strip().splitlines()[-1]
+    summary = __import__("json").loads((d / "summary.json").read_text())
+    assert last == (f"fedavg: 2 of 4 rounds, final test_acc {summary['final_test_acc']:.4f} "
+                    f"(best {summary['best_test_acc']:.4f}); run directory {d}"), last
+    assert p.stderr.strip().splitlines()[-2:] == ["stopped after round 2 (stop_after_rounds); checkpoint saved. "
+                                                  "Resume with:", f"  python train.py resume={d}"]
