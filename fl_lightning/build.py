@@ -60,6 +60,8 @@ def _result_view(cfg: DictConfig) -> dict:
     if c.get("fl", {}).get("lr_schedule", "constant") == "constant":  # R matters only through the schedule
         c["fl"] = {k: v for k, v in c["fl"].items() if k != "rounds"}
     c.get("fl", {}).pop("eval_every", None)
+    if not (c.get("data") or {}).get("val_fraction"):  # 0: no validation set (as before the key existed)
+        (c.get("data") or {}).pop("val_fraction", None)
     return c
 
 

@@ -302,13 +302,19 @@ class FederatedLoop:
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        """The global model on the test set. With several processes and a module whose metrics sync themselves
+        """The global model on the test set (and the validation set, as ``val_*``). With several processes and a module whose metrics sync themselves
         across processes (``syncs_eval_metrics``: torchmetrics states, gathered in ``compute``), each process takes
         every world-th example of each test batch; otherwise every process evaluates the whole set."""
         self._load_global_into_module()
         self.module.eval()
+        out = self._evaluate_split("test")
+        if self.data.val is not None:  # data.val_fraction: the same metrics on the held-out rows, as val_*
+            out.update({"val_" + k.removeprefix("test_"): v for k, v in self._evaluate_split("val").items()})
+        return out
+
+    def _evaluate_split(self, split: str) -> dict[str, float]:
         shard = self.world > 1 and getattr(self.module, "syncs_eval_metrics", False)
-        for i, batch in enumerate(self.data.test_batches(self.device)):
+        for i, batch in enumerate(self.data.test_batches(self.device, split)):
             if shard:
                 batch = {k: v[self.rank::self.world] for k, v in batch.items()}
                 if len(next(iter(batch.values()))) == 0:

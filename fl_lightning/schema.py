@@ -95,6 +95,9 @@ class DataKeys:
     batch_size: int = key(32, "training minibatch size", "int", 1, 10**7)
     eval_batch_size: int = key(1024, "evaluation batch size", "int", 1, 10**8)
     on_device: bool = key(True, "keep the dataset's tensors on the device", "bool")
+    val_fraction: float = key(0.0, "fraction of the training pool held out (seeded, before partitioning) as a "
+                                   "validation set, logged as val_* at every evaluation (0: none)", "float", 0.0, 0.9,
+                              example="0.1")
 
 
 @dataclass

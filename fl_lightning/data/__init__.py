@@ -3,8 +3,8 @@
 ``conf/data/<name>.yaml`` is one node. Its ``_target_`` is a dataset builder ``fn(**args) -> (train TensorSet,
 test TensorSet, DataInfo)`` (``digits.digits``, ``vision.cifar10``, ...) and its keys are that builder's
 arguments, except the keys of the federated view itself (:data:`FEDERATION_KEYS`): the display ``name``,
-``batch_size``, ``eval_batch_size``, ``on_device`` and ``partition``, a partitioner node (``partition.py``,
-chosen with ``data/partition=<name>``).
+``batch_size``, ``eval_batch_size``, ``on_device``, ``val_fraction`` (:func:`hold_out`) and ``partition``, a
+partitioner node (``partition.py``, chosen with ``data/partition=<name>``).
 """
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from .federated import FederatedData
 from .info import DataInfo
 from .tensors import TensorSet
 
-FEDERATION_KEYS = ("name", "batch_size", "eval_batch_size", "on_device", "partition")
+FEDERATION_KEYS = ("name", "batch_size", "eval_batch_size", "on_device", "partition", "val_fraction")
 PARTITION_SEED = 0x9A27  # the partition RNG is np.random.default_rng([seed, PARTITION_SEED])
+VALIDATION_SEED = 0x7A1D  # the held-out validation rows: np.random.default_rng([seed, VALIDATION_SEED])
 
 # the built-in partitioners' display names: an old-style `data.partition.name=iid` (the partitioner is chosen with
 # `data/partition=iid` now) would otherwise only relabel the run
@@ -70,6 +71,7 @@ def build_federated_data(cfg_data, num_clients: int | None, seed: int, device) -
           f"choose the partitioner with data/partition={name}")
 
     train, test, info = _unpack_sets(instantiate(cfg_data, "data", drop=FEDERATION_KEYS), str(cfg_data.get("_target_")))
+    train, val = hold_out(train, test.transform, float(cfg_data.get("val_fraction") or 0.0), seed)
     labels = train.labels.cpu().numpy()
     rng = np.random.default_rng([seed, PARTITION_SEED])
     extra = {}
@@ -96,7 +98,23 @@ def build_federated_data(cfg_data, num_clients: int | None, seed: int, device) -
               f"{num_clients}; {len(labels)} training examples)", _fewer_empty_clients(p, num_clients, len(labels)))
     if cfg_data.get("on_device", False):
         train, test = train.to(device), test.to(device)
-    return FederatedData(train, test, info, parts, int(bs), seed, int(ebs))
+        val = None if val is None else val.to(device)
+    return FederatedData(train, test, info, parts, int(bs), seed, int(ebs), val=val)
+
+
+def hold_out(train: TensorSet, eval_transform, fraction: float, seed: int) -> tuple[TensorSet, TensorSet | None]:
+    """``data.val_fraction``: that fraction of the training pool (rounded, at least one row) held out as a validation
+    set before partitioning, drawn uniformly by ``default_rng([seed, VALIDATION_SEED])``; it is evaluated like the
+    test set (the test set's transform: no augmentation) and logged as ``val_*``. 0: no validation set, the
+    training pool untouched (every earlier result stands)."""
+    if not fraction > 0:
+        return train, None
+    n = len(train)
+    k = max(1, int(round(fraction * n)))
+    _need(k < n, "data.val_fraction", f"{fraction} of {n} training examples leaves none to train on",
+          "use a smaller data.val_fraction, e.g. 0.1")
+    order = np.random.default_rng([seed, VALIDATION_SEED]).permutation(n)
+    return train.subset(np.sort(order[k:])), train.subset(np.sort(order[:k]), eval_transform)
 
 
 def _fewer_empty_clients(p, num_clients: int, n: int) -> str:
@@ -114,4 +132,4 @@ def _fewer_empty_clients(p, num_clients: int, n: int) -> str:
     return ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
 
 
-__all__ = ["DataInfo", "FederatedData", "TensorSet", "build_federated_data", "FEDERATION_KEYS"]
+__all__ = ["DataInfo", "FederatedData", "TensorSet", "build_federated_data", "hold_out", "FEDERATION_KEYS"]

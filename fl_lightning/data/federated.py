@@ -14,7 +14,8 @@ from .tensors import TensorSet
 
 
 class FederatedData:
-    """Training set split over ``num_clients`` clients, plus the global test set and the dataset's ``info``.
+    """Training set split over ``num_clients`` clients, plus the global test set, the held-out validation set
+    (``val``, None unless ``data.val_fraction`` > 0) and the dataset's ``info``.
 
     ``client_batches(client, round, ...)`` yields that client's minibatches for one round from a generator
     seeded by (seed, client, round). With ``local_steps`` the client draws a stream of shuffled passes over its
@@ -25,8 +26,8 @@ class FederatedData:
     AHEAD_ROWS = 1 << 16  # rows drawn ahead per copy: a round of any length plans in bounded memory
 
     def __init__(self, train: TensorSet, test: TensorSet, info: DataInfo, client_indices: list[np.ndarray],
-                 batch_size: int, seed: int, eval_batch_size: int = 1024):
-        self.train, self.test, self.info = train, test, info
+                 batch_size: int, seed: int, eval_batch_size: int = 1024, val: TensorSet | None = None):
+        self.train, self.test, self.info, self.val = train, test, info, val
         self.client_indices = [torch.as_tensor(i, dtype=torch.long) for i in client_indices]
         self.batch_size, self.seed, self.eval_batch_size = batch_size, seed, eval_batch_size
         self.stats = part.stats(train.labels.cpu().numpy(), client_indices)
@@ -102,9 +103,11 @@ class FederatedData:
         """One minibatch at a fixed stream (round -1): for strategies that initialise state from a gradient."""
         return next(self.client_batches(client, -1, device, local_steps=1))
 
-    def test_batches(self, device) -> Iterator[dict]:
-        for s in range(0, len(self.test), self.eval_batch_size):
-            yield self.test.batch(torch.arange(s, min(s + self.eval_batch_size, len(self.test))), device)
+    def test_batches(self, device, split: str = "test") -> Iterator[dict]:
+        """The test set (``split="val"``: the held-out validation set) in order, ``eval_batch_size`` at a time."""
+        data = self.val if split == "val" else self.test
+        for s in range(0, len(data), self.eval_batch_size):
+            yield data.batch(torch.arange(s, min(s + self.eval_batch_size, len(data))), device)
 
 
 def _chunks(plan: Iterator[tuple[Tensor, Tensor | None]], rows: int) -> Iterator[list]:

@@ -34,6 +34,12 @@ class TensorSet:
         """Where the tensors are (the device with ``data.on_device``, else the CPU)."""
         return next(iter(self.tensors.values())).device
 
+    def subset(self, idx, transform=...) -> "TensorSet":
+        """The rows ``idx`` as a new set (with ``transform``, default this set's)."""
+        idx = torch.as_tensor(idx, dtype=torch.long, device=self.device)
+        return TensorSet({k: v.index_select(0, idx) for k, v in self.tensors.items()},
+                         self.transform if transform is ... else transform)
+
     def to(self, device) -> "TensorSet":
         return TensorSet({k: v.to(device) for k, v in self.tensors.items()}, self.transform)
 
