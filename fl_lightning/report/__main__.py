@@ -1,0 +1,31 @@
+"""``python -m fl_lightning.report``: see :mod:`fl_lightning.report`."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from . import ReportError, report
+
+    ap = argparse.ArgumentParser(prog="fl-report", description="Run and sweep directories to report.md, report.csv "
+                                 "and PNG plots (mean ± std over seeds).")
+    ap.add_argument("dirs", nargs="+", help="run directories or folders of runs (searched recursively)")
+    ap.add_argument("--by", nargs="+", default=["method"], help="config keys that make a row (default: method)")
+    ap.add_argument("--select", default=None, help="keep, per row, the swept setting with the best mean final value "
+                    "of this metric (e.g. val_acc)")
+    ap.add_argument("--target", type=float, default=None, help="report the rounds to reach this primary metric")
+    ap.add_argument("--out", default="report", help="output folder (default: ./report)")
+    ap.add_argument("--no-plots", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        rows = report(a.dirs, a.out, a.by, a.select, a.target, plots=not a.no_plots)
+    except ReportError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{len(rows)} rows from {sum(r.n for r in rows)} runs: {a.out}/report.md, {a.out}/report.csv")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,108 @@
+"""Run directories as the report reads them: ``config.yaml`` (the composed config), ``metrics.csv`` (one row per
+round) and ``summary.json`` (the primary metric and its mode), found recursively under the paths given."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from ..errors import FLError
+
+# group keys that name a config group by its display name (``method.name``...), as the CLI and summaries do
+_NAMED = {"method": "method.name", "model": "model.name", "data": "data.name", "partition": "data.partition.name"}
+# keys that never tell two settings apart (where a run went, how it was run)
+_IGNORED = ("seed", "run_dir", "resume", "force_resume", "stop_after_rounds", "overwrite", "trainer.progress",
+            "trainer.threads", "trainer.devices", "trainer.num_nodes", "trainer.strategy", "checkpoint", "store",
+            "fl.eval_every", "data.eval_batch_size", "data.on_device", "tables")
+
+
+class ReportError(FLError):
+    """A path or option the report cannot use (one line)."""
+
+
+@dataclass
+class Run:
+    path: str
+    config: DictConfig
+    rows: list[dict[str, float]]
+    summary: dict[str, Any] = field(default_factory=dict)
+    typed: set[str] = field(default_factory=set)  # the keys of the run's command-line overrides (overrides.yaml)
+
+    @property
+    def primary(self) -> tuple[str, str]:
+        """(metric, "max" | "min"): the model's declared primary metric, from the summary (else test_acc, max)."""
+        return str(self.summary.get("primary_metric", "test_acc")), str(self.summary.get("primary_mode", "max"))
+
+    def value(self, key: str) -> Any:
+        """A config value by key; ``method`` / ``model`` / ``data`` / ``partition`` are the groups' display names."""
+        v = OmegaConf.select(self.config, _NAMED.get(key, key), default=None)
+        return OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+
+    def series(self, metric: str) -> list[tuple[int, float]]:
+        """(round, value) of every row that has ``metric`` (evaluated rounds only)."""
+        return [(int(r["round"]), r[metric]) for r in self.rows if not math.isnan(r.get(metric, math.nan))]
+
+    def flat(self) -> dict[str, Any]:
+        """The config as ``{dotted key: value}`` (lists as tuples), without the keys in ``_IGNORED``."""
+        out: dict[str, Any] = {}
+
+        def walk(node, prefix):
+            if isinstance(node, dict):
+                for k, v in node.items():
+                    walk(v, f"{prefix}{k}.")
+            else:
+                out[prefix[:-1]] = tuple(node) if isinstance(node, list) else node
+
+        walk(OmegaConf.to_container(self.config, resolve=True), "")
+        return {k: v for k, v in out.items() if not any(k == i or k.startswith(i + ".") for i in _IGNORED)}
+
+
+def _float(v: str) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def read_run(path: str) -> Run:
+    """One run directory (it has ``metrics.csv`` and ``config.yaml``)."""
+    try:
+        cfg = OmegaConf.load(os.path.join(path, "config.yaml"))
+        with open(os.path.join(path, "metrics.csv"), newline="") as f:
+            rows = [{k: _float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    except Exception as err:  # noqa: BLE001 - any unreadable file: one line naming it
+        raise ReportError(f"report: cannot read the run in {path} ({type(err).__name__}: "
+                          f"{str(err).splitlines()[0] if str(err) else ''})") from None
+    summary = {}
+    if os.path.exists(os.path.join(path, "summary.json")):
+        try:
+            with open(os.path.join(path, "summary.json")) as f:
+                summary = json.load(f)
+        except (OSError, ValueError):
+            summary = {}
+    typed = set()
+    try:
+        typed = {str(o).split("=", 1)[0].lstrip("+~") for o in OmegaConf.load(os.path.join(path, "overrides.yaml"))}
+    except Exception:  # noqa: BLE001 - no overrides file (a run made by the Python API): fall back to the shortest key
+        pass
+    return Run(path, cfg, rows, summary, typed)
+
+
+def find_runs(paths: list[str]) -> list[Run]:
+    """Every run directory under ``paths`` (each a run or a folder of runs, e.g. a Hydra multirun), sorted by path."""
+    found = []
+    for p in paths:
+        if not os.path.isdir(p):
+            raise ReportError(f"report: {p} is not a directory; fix: give run or sweep directories")
+        for root, dirs, files in os.walk(p):
+            dirs[:] = sorted(d for d in dirs if d not in ("checkpoints", "logs", ".hydra"))
+            if "metrics.csv" in files and "config.yaml" in files:
+                found.append(root)
+    if not found:
+        raise ReportError(f"report: no run (a folder with metrics.csv and config.yaml) under {', '.join(paths)}")
+    return [read_run(p) for p in sorted(set(found))]

@@ -1,0 +1,116 @@
+"""Runs grouped, settings selected and seeds aggregated: the numbers of ``report.md`` / ``report.csv``.
+
+A *group* is the runs sharing the ``--by`` keys' values (default: the method). Within a group, keys other than the
+seed whose values differ between runs (a swept ``method.lr``) make *settings*. Without ``--select`` every setting is
+its own row; with ``--select METRIC`` the setting with the best mean final METRIC over its seeds is kept (max, or min
+for a loss / perplexity) and reported on the primary metric: the papers' "tuned on the grid", done on held-out data
+when METRIC is a ``val_*`` metric (``data.val_fraction``). Mean and sample standard deviation (n - 1) over seeds.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from .runs import ReportError, Run
+
+
+def minimised(metric: str) -> bool:
+    return any(s in metric for s in ("loss", "ppl", "perplexity", "error"))
+
+
+@dataclass
+class Row:
+    group: dict[str, Any]                       # the --by keys' values
+    setting: dict[str, Any]                     # the swept keys' values of the kept setting (empty: one setting)
+    runs: list[Run]
+    metric: str                                 # the primary metric reported
+    stats: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (mean, std)
+    selected_on: str | None = None
+    candidates: int = 1                         # settings the selection chose from
+
+    @property
+    def n(self) -> int:
+        return len(self.runs)
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    if not vals:
+        return math.nan, math.nan
+    return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
+
+
+def run_numbers(run: Run, metric: str, target: float | None) -> dict[str, float]:
+    """Final and best ``metric``, rounds to reach ``target``, total uplink / downlink MB, wall seconds of one run."""
+    series = run.series(metric)
+    vals = [v for _, v in series]
+    best = (min if minimised(metric) else max)(vals) if vals else math.nan
+    out = {"final": vals[-1] if vals else math.nan, "best": best}
+    if target is not None:
+        hit = [r for r, v in series if (v <= target if minimised(metric) else v >= target)]
+        out["rounds_to_target"] = float(hit[0]) if hit else math.nan
+    last = run.rows[-1] if run.rows else {}
+    for col in ("uplink_mb", "downlink_mb", "wall_s"):
+        out[col] = last.get(col, math.nan)
+    return out
+
+
+def _swept(runs: list[Run], by: list[str]) -> list[str]:
+    """The keys whose values differ between ``runs`` (besides the seed and the ``by`` keys). Keys that always vary
+    together (``method.lr`` and the ``optimizer.lr`` interpolating it) count once, as the key the runs' command
+    lines typed (``overrides.yaml``), else the shortest."""
+    flats = [r.flat() for r in runs]
+    keys = sorted(set().union(*flats))
+    by_full = {b if b not in ("method", "model", "data") else f"{b}.name" for b in by} | set(by)
+    varying = [k for k in keys if k not in by_full and len({repr(f.get(k)) for f in flats}) > 1
+               and not k.endswith(".name")]
+    typed = set().union(*(r.typed for r in runs))
+    kept: dict[tuple, str] = {}
+    for k in varying:
+        pattern = tuple(repr(f.get(k)) for f in flats)
+        old = kept.get(pattern)
+        rank = (k not in typed, k.count("."), k)
+        if old is None or rank < (old not in typed, old.count("."), old):
+            kept[pattern] = k
+    return sorted(kept.values())
+
+
+def summarize(runs: list[Run], by: list[str], select: str | None = None, target: float | None = None,
+              metric: str | None = None) -> list[Row]:
+    """The report's rows, in the order the groups first appear in ``runs``."""
+    if not runs:
+        raise ReportError("report: no runs")
+    metric = metric or runs[0].primary[0]
+    groups: dict[tuple, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(tuple(repr(r.value(k)) for k in by), []).append(r)
+    rows = []
+    for members in groups.values():
+        swept = _swept(members, by)
+        settings: dict[tuple, list[Run]] = {}
+        for r in members:
+            flat = r.flat()
+            settings.setdefault(tuple(repr(flat.get(k)) for k in swept), []).append(r)
+        group = {k: members[0].value(k) for k in by}
+        chosen = list(settings.values())
+        if select and len(chosen) > 1:
+            if not all(r.series(select) for s in chosen for r in s):
+                raise ReportError(f"report: --select {select}: some runs never logged it (val_* needs "
+                                  "data.val_fraction > 0); fix: select on a metric every run has")
+            score = {i: _mean_std([run_numbers(r, select, None)["final"] for r in s])[0] for i, s in enumerate(chosen)}
+            pick = (min if minimised(select) else max)(score, key=lambda i: score[i])
+            rows.append(_row(group, swept, chosen[pick], metric, target, select, len(chosen)))
+        else:
+            rows.extend(_row(group, swept, s, metric, target, None, 1) for s in chosen)
+    return rows
+
+
+def _row(group, swept, runs, metric, target, select, candidates) -> Row:
+    flat = runs[0].flat()
+    per_run = [run_numbers(r, metric, target) for r in runs]
+    stats = {k: _mean_std([p[k] for p in per_run]) for k in per_run[0]}
+    if select:
+        stats[f"selected_{select}"] = _mean_std([run_numbers(r, select, None)["final"] for r in runs])
+    return Row(group, {k: flat.get(k) for k in swept}, runs, metric, stats, select, candidates)

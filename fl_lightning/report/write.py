@@ -1,0 +1,58 @@
+"""``report.md`` (rounded, mean ± std) and ``report.csv`` (unrounded, mean and std in their own columns)."""
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+from .table import Row
+
+_COLS = [("final", "final {m}"), ("best", "best {m}"), ("rounds_to_target", "rounds to {t}"),
+         ("uplink_mb", "uplink MB"), ("downlink_mb", "downlink MB"), ("wall_s", "wall s")]
+
+
+def _fmt(mean: float, std: float, digits: int) -> str:
+    if math.isnan(mean):
+        return "—"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+
+
+def _columns(rows: list[Row]) -> list[str]:
+    return [k for k, _ in _COLS if k in rows[0].stats]
+
+
+def markdown(rows: list[Row], target: float | None, plots: list[str]) -> str:
+    m = rows[0].metric
+    by = list(rows[0].group)
+    swept = sorted({k for r in rows for k in r.setting})
+    select = rows[0].selected_on
+    head = by + swept + ["n"] + ([f"{select} (selection)"] if select else []) + \
+        [label.format(m=m, t=target) for k, label in _COLS if k in _columns(rows)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [str(r.group[k]) for k in by] + [str(r.setting.get(k, "")) for k in swept] + [str(r.n)]
+        if select:
+            cells.append(_fmt(*r.stats[f"selected_{select}"], 4) + f" (best of {r.candidates})")
+        for k in _columns(rows):
+            cells.append(_fmt(*r.stats[k], 4 if k in ("final", "best") else 1 if k != "wall_s" else 1))
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = [f"Mean ± sample standard deviation over the n runs of each row (seeds); primary metric `{m}`."]
+    if select:
+        notes.append(f"Each row keeps the setting with the best mean final `{select}` of the settings its group swept "
+                     f"(the swept keys' columns show the one kept) and reports `{m}` for it.")
+    body = "\n".join(lines) + "\n\n" + " ".join(notes) + "\n"
+    if plots:
+        body += "\n" + "\n".join(f"![{p[:-4]}]({p})" for p in plots) + "\n"
+    return "# Report\n\n" + body
+
+
+def write_csv(rows: list[Row], path: str) -> None:
+    by = list(rows[0].group)
+    swept = sorted({k for r in rows for k in r.setting})
+    stats = list(rows[0].stats)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(by + swept + ["n", "metric"] + [f"{s}_{x}" for s in stats for x in ("mean", "std")] + ["runs"])
+        for r in rows:
+            w.writerow([r.group[k] for k in by] + [r.setting.get(k, "") for k in swept] + [r.n, r.metric]
+                       + [v for s in stats for v in r.stats[s]] + [";".join(os.path.relpath(x.path) for x in r.runs)])
