@@ -1,0 +1,57 @@
+"""A real Hydra multirun from a grid declared in an experiment config (2 methods x 2 seeds x 2 rounds on digits),
+its job folders named by their overrides, and the report on it: the table's numbers against the runs' own
+metrics.csv, and PNGs that decode."""
+from __future__ import annotations
+
+import csv
+import statistics
+
+import pytest
+
+from tests.helpers.cli import run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
+    sweep = tmp_path / "sweep"
+    p = run_cli(["-m", "experiment=digits_grid", "method.lr=0.05", "seed=0,1", "fl.rounds=2", "fl.num_clients=6",
+                 "fl.clients_per_round=3", "fl.local_steps=3", "trainer.progress=false", "trainer.accelerator=cpu",
+                 f"hydra.sweep.dir={sweep}"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    jobs = sorted(d.name for d in sweep.iterdir() if d.is_dir())
+    common = ["experiment=digits_grid", "fl.clients_per_round=3", "fl.local_steps=3", "fl.num_clients=6",
+              "fl.rounds=2", "method.lr=0.05", "trainer.accelerator=cpu"]  # Hydra sorts them by key
+    want = [",".join(sorted(common + [f"method={m}", f"seed={s}"])) for m in ("fedavg", "fedavgm") for s in (0, 1)]
+    assert jobs == sorted(want), jobs  # trainer.progress, excluded from the names, is not there
+    from fl_lightning.report import report
+
+    out = tmp_path / "report"
+    rows = report([str(sweep)], str(out), select="val_acc")
+    assert [(r.group["method"], r.n) for r in rows] == [("fedavg", 2), ("fedavgm", 2)]
+    for r in rows:
+        finals = []
+        for d in sweep.iterdir():
+            if d.is_dir() and f"method={r.group['method']}," in d.name:
+                with open(d / "metrics.csv") as f:
+                    finals.append(float(list(csv.DictReader(f))[-1]["test_acc"]))
+        assert r.stats["final"] == pytest.approx((statistics.fmean(finals), statistics.stdev(finals)), abs=1e-12)
+    md = (out / "report.md").read_text()
+    assert "| fedavg |" in md and "| fedavgm |" in md
+    import matplotlib.image as mpimg
+
+    for png in ("test_acc_vs_round.png", "test_acc_vs_uplink.png"):
+        assert mpimg.imread(out / png).shape[:2] == (450, 800)
+
+
+def test_parallel_local_jobs_with_the_joblib_launcher(tmp_path):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")  # the dev extra installs it
+    sweep = tmp_path / "sweep"
+    p = run_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "method=fedavg,fedavgm", "fl.rounds=2",
+                 "fl.num_clients=6", "fl.clients_per_round=3", "fl.local_steps=3", "trainer.progress=false",
+                 f"hydra.sweep.dir={sweep}"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "Joblib.Parallel(n_jobs=2" in p.stdout + p.stderr
+    for m in ("fedavg", "fedavgm"):
+        d = sweep / f"fl.clients_per_round=3,fl.local_steps=3,fl.num_clients=6,fl.rounds=2,method={m}"
+        assert (d / "summary.json").exists() and len((d / "metrics.csv").read_text().splitlines()) == 3
