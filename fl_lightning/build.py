@@ -26,7 +26,7 @@ log = logging.getLogger("fl_lightning")
 # keys that do not change results: where output goes, how it is shown, how often it is saved, how it is resumed,
 # and the process count (which changes only the float summation order)
 _NOT_RESULT = {"resume", "force_resume", "stop_after_rounds", "overwrite", "run_dir", "checkpoint", "store", "hydra",
-               "progress"}
+               "progress", "logger"}
 _NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads"}
 
 
@@ -38,7 +38,8 @@ def validate(cfg: DictConfig) -> None:
     from .schema import check
 
     check(cfg)
-    check_targets(cfg, drop={"data": FEDERATION_KEYS})
+    check_targets(cfg, groups=("method", "model", "data", "optimizer", "server_opt", "logger"),
+                  drop={"data": FEDERATION_KEYS})
     acc = str(cfg.trainer.accelerator)
     if acc in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError("trainer.accelerator", f"{acc} asked for but no CUDA GPU is visible to this process",
@@ -101,21 +102,51 @@ def apply_threads(cfg: DictConfig) -> int:
     return n
 
 
+_LOGGER_FOLDERS = {"root_dir", "save_dir", "tracking_uri"}
+_LOGGER_TEXT_KEYS = _LOGGER_FOLDERS | {"name", "project", "experiment_name", "version", "prefix"}
+_LOGGER_PACKAGES = {"WandbLogger": "wandb", "MLFlowLogger": "mlflow", "TensorBoardLogger": "tensorboard",
+                    "CometLogger": "comet_ml", "NeptuneLogger": "neptune"}
+
+
+def make_loggers(cfg: DictConfig) -> list:
+    """The ``logger`` group's entries, each a Fabric logger built from its ``_target_`` (``logger=csv`` by default).
+    A resumed run logs into its own version folder (Lightning's CSV logger would otherwise delete the earlier rows;
+    the run's own metrics.csv holds every round either way). A logger whose package is missing is one line naming
+    the package and the extra that installs it."""
+    import importlib.util
+
+    from .config import instantiate
+
+    node = cfg.get("logger")
+    if not OmegaConf.is_dict(node):
+        return []
+    version = f"resumed_{time.strftime('%Y%m%d-%H%M%S')}" if cfg.get("resume") else ""
+    loggers = []
+    for name, sub in node.items():
+        if not OmegaConf.is_dict(sub) or "_target_" not in sub:
+            raise ConfigError(f"logger.{name}", "is not a logger node (a mapping with a _target_)",
+                              "choose a logger with logger=csv | tensorboard | wandb | mlflow")
+        cls = str(sub._target_).rsplit(".", 1)[-1]
+        package = _LOGGER_PACKAGES.get(cls)
+        if package and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"logger.{name}", f"{cls} needs the {package} package, which is not installed",
+                              f"pip install {package} (or pip install -e \".[loggers]\"), or use logger=csv")
+        extra = {"version": version} if "version" not in sub and cls in ("CSVLogger", "TensorBoardLogger") else {}
+        for k in _LOGGER_TEXT_KEYS & set(sub):  # folders and names: a number is a name (0 -> "0"), null is refused
+            v = sub[k]
+            if v is None and k in _LOGGER_FOLDERS:
+                raise ConfigError(f"logger.{name}.{k}", "must be a folder, got null",
+                                  f"remove the override (default: the run's logs/ folder) or give a folder")
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                extra[k] = str(v)
+        loggers.append(instantiate(sub, f"logger.{name}", drop=(), **extra))
+    return loggers
+
+
 def make_fabric(cfg: DictConfig, run_dir: str):
     from lightning.fabric import Fabric
-    from lightning.fabric.loggers import CSVLogger
 
-    # a resumed run logs into its own version folder: Lightning's CSV logger would delete the earlier rows otherwise
-    # (the run's own metrics.csv holds every round either way)
-    version = f"resumed_{time.strftime('%Y%m%d-%H%M%S')}" if cfg.get("resume") else ""
-    loggers = [CSVLogger(os.path.join(run_dir, "logs"), name="", version=version)]
-    try:
-        from lightning.fabric.loggers import TensorBoardLogger
-        import tensorboard  # noqa: F401
-
-        loggers.append(TensorBoardLogger(os.path.join(run_dir, "logs"), name="tb", version=""))
-    except Exception:  # TensorBoard is optional
-        pass
+    loggers = make_loggers(cfg)
     t = cfg.trainer
     prec = str(t.precision)
     try:

@@ -102,7 +102,8 @@ class DataKeys:
 
 @dataclass
 class Root:
-    """A run: the groups above, the config groups (method, model, data, optimizer, server_opt) and the controls."""
+    """A run: the groups above, the config groups (method, model, data, optimizer, server_opt, logger) and the
+    controls."""
 
     seed: int = key(0, "seed of everything (sampling, partitions, initialisation, minibatch order)", "int", 0, 2**32 - 1)
     fl: FL = field(default_factory=FL)
@@ -124,10 +125,11 @@ class Root:
     data: Any = None
     optimizer: Any = None
     server_opt: Any = None
+    logger: Any = None
 
 
 GROUPS = {"fl": FL, "trainer": Trainer, "checkpoint": Checkpoint, "store": Store}
-CONFIG_GROUPS = ("method", "model", "data", "optimizer", "server_opt", "experiment")
+CONFIG_GROUPS = ("method", "model", "data", "optimizer", "server_opt", "logger", "experiment")
 METHOD_KEYS = {"grad_clip": key(None, "max-norm gradient clipping before each local step (null: none)", "float",
                                 0.0, None, nullable=True, example="1.0")}
 

@@ -26,6 +26,8 @@ VALID = {
     "method.comm.uplink": set(VALUES), "method.comm.downlink": set(VALUES),
     "data.partition.min_size": {"0"},  # no minimum client size
     "data.val_fraction": {"0"},  # no validation set (the default)
+    "logger.csv.root_dir": {"abc", "-1", "0"},  # a folder (relative to the cwd); a number is a folder name
+    "logger.csv.name": set(VALUES),  # the sub-folder's name (null: none)
     "seed": {"0"}, "fl.local_epochs": {"null"}, "fl.lr_min_factor": {"0"}, "fl.warmup_rounds": {"0"},
     "store.offload_dir": {"null", "abc", "-1", "0"},  # null: in memory; else a folder (relative to the cwd)
     "resume": {"null"}, "stop_after_rounds": {"null"}, "tables": {"null"},  # no lookup tables (the default)
