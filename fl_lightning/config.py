@@ -235,17 +235,23 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     from .schema import OneOf, Range
 
     rng, choices = None, ()
-    if typing.get_origin(hint) is typing.Annotated:
-        hint, *marks = typing.get_args(hint)
-        for m in marks:
-            if isinstance(m, Range):
-                rng = m
-            elif isinstance(m, OneOf):
-                choices = m.values
+
+    def unwrap(h):  # Annotated[X, Range(...)] -> X, keeping the markers
+        nonlocal rng, choices
+        if typing.get_origin(h) is typing.Annotated:
+            h, *marks = typing.get_args(h)
+            for m in marks:
+                if isinstance(m, Range):
+                    rng = m
+                elif isinstance(m, OneOf):
+                    choices = m.values
+        return h
+
+    hint = unwrap(hint)
     nullable = has_default and default is None
     alts = [hint]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        alts = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # Optional[Annotated[...]] too
+        alts = [unwrap(a) for a in typing.get_args(hint) if a is not type(None)]
         nullable = nullable or len(alts) < len(typing.get_args(hint))
     words = tuple(rng.words) if rng else ()
     scalars = [_KINDS[a] for a in alts if a in _KINDS]
@@ -267,7 +273,9 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     if len(kinds) != 1 or None in kinds:
         return None
     item = dict(base, kind=kinds.pop(), nullable=False)
-    scalar = bool(scalars) and scalars[0] == item["kind"]
+    if scalars and scalars[0] != item["kind"]:  # a name or numbers (Muon's ns_coeffs): its constructor checks it
+        return None
+    scalar = bool(scalars)
     return dict(base, kind="list", items=item, length=length, scalar=scalar)
 
 
@@ -425,9 +433,10 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model",
                 if arg not in sig.parameters and not takes_any:
                     params = [p for p in sig.parameters if p not in ("self", "args", "kwargs")]
                     near = difflib.get_close_matches(str(arg), params, n=1)
-                    fix = f"did you mean {key}.{near[0]}?" if near else "remove it"
-                    raise qualify(ConfigError(full, f"is not an argument of {target}",
-                                              f"{fix} (it takes: {', '.join(params)})"), "", root)
+                    err = qualify(ConfigError(full, f"is not an argument of {target}", ""), "", root)
+                    user = err.key.split(" (via ")[0].rpartition(".")[0]
+                    fix = f"did you mean {user}.{near[0]}?" if near else "remove it"
+                    raise ConfigError(err.key, err.problem, f"{fix} (it takes: {', '.join(params)})")
                 p = sig.parameters.get(arg)
                 has_default = p is not None and p.default is not p.empty
                 default = p.default if has_default else None
@@ -439,5 +448,5 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model",
                     err = qualify(ConfigError(full, bad, ""), "", root)
                     user = err.key.split(" (via ")[0]
                     ex = _override_text(_example(meta, default, has_default))
-                    known = f" (its default: {_override_text(default)})" if has_default and default != ex else ""
+                    known = f" (its default: {_override_text(default)})" if has_default and _override_text(default) != ex else ""
                     raise ConfigError(err.key, bad, f"set it to {_describe(meta)}, e.g. {user}={ex}{known}")

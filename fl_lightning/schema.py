@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -48,6 +48,13 @@ class OneOf:
 
     def __init__(self, *values):
         object.__setattr__(self, "values", tuple(values))
+
+
+# argument kinds constructor signatures share (``lr: NonNegative = 1e-3``), checked by config.check_targets
+NonNegative = Annotated[float, Range(0.0)]
+Positive = Annotated[float, Range(0.0, open_low=True)]
+Fraction = Annotated[float, Range(0.0, 1.0, open_high=True)]  # betas, momenta, dropout rates: [0, 1)
+Betas = Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)]
 
 
 def key(default, help: str, kind: str, low=None, high=None, words=(), choices=(), nullable=False,  # noqa: A002
@@ -381,7 +388,7 @@ def _check_flags(node, prefix: str) -> None:
                 if not isinstance(v, bool):
                     raise ConfigError(name, f"expected true or false, got {v!r}",
                                       f"set {name}=true (or leave the config's value)")
-            else:
+            elif not OmegaConf.is_interpolation(node, k):  # an interpolated node (${optimizer}): checked at its source
                 _check_flags(node.get(k) if not OmegaConf.is_missing(node, k) else None, name + ".")
 
 

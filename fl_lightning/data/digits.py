@@ -11,11 +11,14 @@ import torch
 from ..errors import ConfigError
 from .info import DataInfo
 from .tensors import TensorSet
+from typing import Annotated
+
+from ..schema import Range
 
 _TOTAL = 1797
 
 
-def digits(test_size: int = 360) -> tuple[TensorSet, TensorSet, DataInfo]:
+def digits(test_size: Annotated[int, Range(10, _TOTAL - 10)] = 360) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info) for the digits; images scaled from [0, 16] to [-1, 1]."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split

@@ -26,6 +26,9 @@ from torch import Tensor
 from ..errors import ConfigError
 from .info import DataInfo
 from .tensors import TensorSet
+from typing import Annotated
+
+from ..schema import NonNegative, OneOf, Positive, Range
 
 
 def student_t_scale(nu: float) -> float:
@@ -87,9 +90,12 @@ def _offsets(num_clients: int, m: int, n: int, g: torch.Generator) -> Tensor:
     return (math.sqrt(num_clients / (num_clients - 1)) * (q - q.mean(0))).reshape(num_clients, m, n)
 
 
-def matrix_quadratic(num_clients: int, m: int = 64, n: int = 32, L: float = 1.0, kappa: float = 10.0,
-                     delta: float = 1.0, sigma: float = 1.0, noise: str = "gaussian", nu: float | None = None,
-                     problem_seed: int = 0) -> tuple[TensorSet, TensorSet, DataInfo]:
+def matrix_quadratic(num_clients: Annotated[int, Range(1, 1 << 20)], m: Annotated[int, Range(1, 1 << 12)] = 64,
+                     n: Annotated[int, Range(1, 1 << 12)] = 32, L: Positive = 1.0,
+                     kappa: Annotated[float, Range(1.0)] = 10.0, delta: NonNegative = 1.0, sigma: NonNegative = 1.0,
+                     noise: Annotated[str, OneOf("gaussian", "student_t")] = "gaussian",
+                     nu: Annotated[float, Range(1.0, open_low=True)] | None = None,
+                     problem_seed: Annotated[int, Range(0, 2**32 - 1)] = 0) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info) of the quadratic testbed above; ``info.input_shape = (m, n)``, the shape of X."""
     _check(m, n, num_clients, float(L), float(kappa), float(delta), float(sigma), noise, nu)
     k, m, n = int(num_clients), int(m), int(n)

@@ -28,6 +28,9 @@ from .augment import ImageTransform
 from .info import DataInfo
 from .tensors import TensorSet
 from .vision import check_augment, mean_std
+from typing import Annotated
+
+from ..schema import Range
 
 FOLDER = "tiny-imagenet-200"
 MEAN_STD = ((0.4802, 0.4481, 0.3975), (0.2302, 0.2265, 0.2262))
@@ -68,7 +71,8 @@ def _side(image_size) -> int:
     return size
 
 
-def tiny_imagenet(root: str, augment: bool | None = None, normalize="dataset", image_size: int = 64):
+def tiny_imagenet(root: str, augment: bool | None = None, normalize="dataset",
+                  image_size: Annotated[int, Range(1, 1 << 12)] = 64):
     """(train, test, info) from the folder layout above; ``image_size`` is the side every image must have (64)."""
     check_augment(augment)
     mean, std = mean_std(normalize, MEAN_STD)
