@@ -37,8 +37,15 @@ def _interpolation_target(root: DictConfig, key: str) -> str | None:
     parent_key, _, leaf = key.rpartition(".")
     try:
         parent = OmegaConf.select(root, parent_key, throw_on_missing=False) if parent_key else root
-        if parent is None or not OmegaConf.is_config(parent) or not OmegaConf.is_interpolation(parent, leaf):
+        if parent is None or not OmegaConf.is_config(parent) or not OmegaConf.is_list(parent) and not \
+                OmegaConf.is_interpolation(parent, leaf):
             return None
+        if OmegaConf.is_list(parent):  # an item of a list (betas: [${method.beta1}, ...])
+            if not leaf.isdigit() or int(leaf) >= len(parent) or not OmegaConf.is_interpolation(parent, int(leaf)):
+                return None
+            text = str(OmegaConf.to_container(parent, resolve=False)[int(leaf)])
+            m = re.fullmatch(r"\$\{(?:oc\.select:)?([\w.]+)(?:,.*)?\}", text.strip())
+            return m.group(1) if m else None
         text = str(OmegaConf.to_container(parent, resolve=False)[leaf])
     except Exception:  # not a plain node (a list index, a missing key): no source to name
         return None
@@ -253,6 +260,8 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     if typing.get_origin(hint) in (typing.Union, types.UnionType):  # Optional[Annotated[...]] too
         alts = [unwrap(a) for a in typing.get_args(hint) if a is not type(None)]
         nullable = nullable or len(alts) < len(typing.get_args(hint))
+        alts = [b for a in alts for b in (typing.get_args(a) if typing.get_origin(a) in (typing.Union, types.UnionType)
+                                          else (a,))]  # Optional[Annotated[str | list[str], ...]]
     words = tuple(rng.words) if rng else ()
     scalars = [_KINDS[a] for a in alts if a in _KINDS]
     lists = [a for a in alts if typing.get_origin(a) in (list, tuple, collections.abc.Sequence)]
@@ -292,8 +301,6 @@ def arg_problem(meta: dict, value) -> str | None:
         return f"expected a list of {n}{meta['items']['kind']}s, got {value!r}"
     if meta["length"] is not None and len(value) != meta["length"]:
         return f"expected a list of {meta['length']} {meta['items']['kind']}s, got {value!r}"
-    if not value:
-        return "must not be empty"
     for v in value:
         bad = problem(meta["items"], v)
         if bad:
@@ -394,6 +401,8 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model",
     optimizers). One :class:`ConfigError` naming the full key (and the key the user typed when the value was
     interpolated), whose fix names a valid value for that key. ``drop``: keys of a node (by its full key) that the
     builder consumes before calling the target (``data``'s batch sizes and partition)."""
+    from .schema import problem
+
     for group in groups:
         node = cfg.get(group)
         if not OmegaConf.is_config(node):
@@ -416,8 +425,9 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model",
                 continue
             target = sub["_target_"]
             info = _target_info(target) if isinstance(target, str) else None
-            if info is None:
-                what = f"{target!r} does not import" if isinstance(target, str) else f"expected a name, got {target!r}"
+            if info is None or not callable(info[0]):
+                what = (f"expected a name, got {target!r}" if not isinstance(target, str) else f"{target!r} does not "
+                        "import" if info is None else f"{target!r} is not a function or class")
                 raise qualify(ConfigError(f"{key}._target_", f"cannot be built ({what})",
                                           "set it to an importable function or class (package.module.name), or pick "
                                           f"another {key.split('.')[0]} (e.g. {key.split('.')[0]}=<name>)"), "", root)
@@ -446,6 +456,16 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model",
                 bad = arg_problem(meta, value)
                 if bad:
                     err = qualify(ConfigError(full, bad, ""), "", root)
+                    if meta["kind"] == "list" and isinstance(value, list):
+                        for i, item in enumerate(value):  # betas: [${method.beta1}, ${method.beta2}]
+                            src = _interpolation_source(root, f"{full}.{i}") if problem(meta["items"], item) else None
+                            if src and src != f"{err.key.split(' (via ')[0]}.{i}":
+                                item_meta = dict(meta["items"], example=None)
+                                d = default[i] if isinstance(default, (list, tuple)) and len(default) > i else None
+                                ex = _override_text(_example(item_meta, d, d is not None))
+                                raise ConfigError(f"{src} (via {err.key.split(' (via ')[0]}.{i})",
+                                                  problem(meta["items"], item),
+                                                  f"set it to {_describe(item_meta)}, e.g. {src}={ex}")
                     user = err.key.split(" (via ")[0]
                     ex = _override_text(_example(meta, default, has_default))
                     known = f" (its default: {_override_text(default)})" if has_default and _override_text(default) != ex else ""

@@ -19,10 +19,13 @@ from torch import Tensor
 from ..errors import ConfigError
 from ..messages import Msg
 from .base import index_bits, value_bits
+from typing import Annotated
+
+from ..schema import Range
 
 
 class HeavySign:
-    def __init__(self, frac: float = 0.01):
+    def __init__(self, frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.01):
         if not 0 < float(frac) <= 1:
             raise ConfigError("frac", f"must be in (0, 1], got {frac}", "use e.g. 0.01 (1% heavy coordinates)")
         self.frac = float(frac)

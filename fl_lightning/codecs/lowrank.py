@@ -24,6 +24,9 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
+from typing import Annotated
+
+from ..schema import Range
 
 MODES = ("storage_frac", "rank_frac")
 
@@ -76,7 +79,7 @@ def dense_fraction(shape: tuple[int, ...], mode: str = "storage_frac", frac: flo
 class LowRankSVD:
     """The codec: ndim ≥ 2 tensors travel as (U_r, S_r, Vh_r) (bits of the three factors), vectors dense."""
 
-    def __init__(self, mode: str = "storage_frac", frac: float = 0.05):
+    def __init__(self, mode: str = "storage_frac", frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.05):
         if mode not in MODES:
             raise ConfigError("mode", f"unknown mode {mode!r}", f"use one of {', '.join(MODES)}")
         if not 0 < float(frac) <= 1:

@@ -12,12 +12,15 @@ import torch
 from torch import Tensor
 
 from .topk import TopK
+from typing import Annotated
+
+from ..schema import Range
 
 
 class RandK(TopK):
     example = "0.1 (10% of the coordinates)"
 
-    def __init__(self, frac: float = 0.1, index_bits: str | int = "log2"):
+    def __init__(self, frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.1, index_bits: str | int = "log2"):
         super().__init__(frac, index_bits)
 
     def omega(self, d: int) -> float:

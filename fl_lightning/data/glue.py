@@ -27,7 +27,7 @@ from .tensors import TensorSet
 from .text import cached, default_cache_dir, file_fingerprint, load_tokenizer, tokenize, tokenizer_fingerprint
 from typing import Annotated
 
-from ..schema import Range
+from ..schema import OneOf, Range
 
 # task: (folder, test file, header?, first text column, second text column or None, label column, label names,
 #        metrics (primary first)); columns are header names, or indices for CoLA (no header)
@@ -83,7 +83,7 @@ def read_tsv(path: str, header: bool, cols: tuple, label_col, labels: tuple[str,
     return a, b, y
 
 
-def glue(task: str = "rte", root: str = "data/glue", tokenizer_path: str | None = None,
+def glue(task: Annotated[str, OneOf(*TASKS, *ALIASES, *map(str.upper, TASKS))] = "rte", root: str = "data/glue", tokenizer_path: str | None = None,
          max_length: Annotated[int | str, Range(1, 1 << 16, words=("auto",))] = "auto", cache_dir: str | None = "auto",
          hub_offline: bool = True, max_train: Annotated[int, Range(1, 1 << 40)] | None = None
          ) -> tuple[TensorSet, TensorSet, DataInfo]:

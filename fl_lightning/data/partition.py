@@ -48,7 +48,7 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
 
 
 def dirichlet_per_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: Positive,
-                        min_size: Annotated[int, Range(0, 1 << 40)] = 1, max_tries: Annotated[int, Range(1, 1 << 20)] = 1000) -> list[np.ndarray]:
+                        min_size: Annotated[int, Range(0, 10**9)] = 1, max_tries: Annotated[int, Range(1, 1 << 20)] = 1000) -> list[np.ndarray]:
     """Per-class Dirichlet(alpha) proportions over clients (Hsu et al. 2019); redrawn until every client holds
     ``min_size`` examples (at most ``max_tries`` draws)."""
     alpha = _positive_alpha(alpha)
@@ -73,7 +73,7 @@ def dirichlet_per_class(labels: np.ndarray, num_clients: int, rng: np.random.Gen
 
 
 def dirichlet_per_client(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: Positive,
-                         samples_per_client: Annotated[int, Range(1, 1 << 40)] | None = None) -> list[np.ndarray]:
+                         samples_per_client: Annotated[int, Range(1, 10**9)] | None = None) -> list[np.ndarray]:
     """Per-client Dirichlet(alpha) class mix, equal sizes (seed 004's ``dirichlet_data.py``); ``samples_per_client``
     defaults to ``len(labels) // num_clients``."""
     alpha = _positive_alpha(alpha)
@@ -113,7 +113,7 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
 
 
 def natural(labels: np.ndarray, num_clients: int | None, rng: np.random.Generator, groups=None,
-            min_size: Annotated[int, Range(0, 1 << 40)] = 1) -> list[np.ndarray]:
+            min_size: Annotated[int, Range(0, 10**9)] = 1) -> list[np.ndarray]:
     """One client per group (``groups``: the dataset's ``group`` tensor, passed by the data builder), groups in id
     order; groups with fewer than ``min_size`` examples are left out (their examples train nobody). The number of
     clients is the number of groups kept (``fl.num_clients=auto``)."""

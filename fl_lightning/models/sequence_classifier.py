@@ -25,6 +25,9 @@ from torchmetrics.classification import BinaryF1Score, MulticlassAccuracy, Multi
 from ..data.info import DataInfo
 from ..errors import ConfigError, ResumeError
 from .classifier import build_net
+from typing import Annotated
+
+from ..schema import OneOf
 
 METRICS = ("acc", "f1", "mcc")
 
@@ -50,7 +53,8 @@ class BaseModelFingerprint:
 class SequenceClassifierModule(L.LightningModule):
     """Text classifier around a Hugging Face ``*ForSequenceClassification`` network (see the module docstring)."""
 
-    def __init__(self, net: nn.Module | Callable[[DataInfo], nn.Module], info: DataInfo, metrics=None):
+    def __init__(self, net: nn.Module | Callable[[DataInfo], nn.Module], info: DataInfo,
+                 metrics: Annotated[str | list[str], OneOf(*METRICS)] | None = None):
         super().__init__()
         if not info.num_classes:
             raise ConfigError("", "a sequence classifier needs a dataset with class labels (DataInfo.num_classes)",

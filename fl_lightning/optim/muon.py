@@ -62,7 +62,8 @@ from .muon_math import (STYLE_ALIASES, adamw_update, decoupled_step, momentum_co
 from .newton_schulz import matrix_shape
 from typing import Annotated
 
-from ..schema import Betas, NonNegative, Range
+from ..schema import Betas, NonNegative, OneOf, Range
+from .newton_schulz import NS_COEFFS
 
 __all__ = ["Muon", "MuonAdapter", "split_muon_params", "muon_param_names", "momentum_coeffs", "momentum_update",
            "muon_update", "update_scale"]
@@ -87,9 +88,9 @@ class Muon(torch.optim.Optimizer):
         momentum_style: str = "ema_beta",
         nesterov: bool = True,
         ns_steps: Annotated[int, Range(0, 1000)] = 5,
-        ns_coeffs: str | tuple[float, float, float] = "muon",
+        ns_coeffs: Annotated[tuple[float, float, float], Range(words=tuple(NS_COEFFS))] = "muon",
         ns_method: str = "ns",
-        ns_dtype: torch.dtype | str | None = None,
+        ns_dtype: Annotated[torch.dtype | str | None, OneOf("float32", "bfloat16", "float16", "float64")] = None,
         ns_eps: NonNegative = 1e-7,
         scale_mode: str = "spectral",
         weight_decay: NonNegative = 0.0,

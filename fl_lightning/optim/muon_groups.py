@@ -7,6 +7,9 @@ from torch import Tensor, nn
 
 from .muon_math import AUX, EXCLUDABLE, LMOS, MOMENTUM_STYLES, SCALE_MODES, STYLE_ALIASES
 from .newton_schulz import resolve_coeffs
+from typing import Annotated
+
+from ..schema import OneOf
 
 def build_groups(params: Iterable, defaults: dict, aux_args: dict) -> list[dict]:
     """Normalize params into groups with an explicit ``use_muon`` flag (see Muon's docstring)."""
@@ -85,7 +88,8 @@ def muon_param_names(model: nn.Module, exclude: Iterable[str] = ()) -> tuple[lis
     return muon, aux
 
 
-def split_muon_params(model: nn.Module, exclude: Iterable[str] = (), **aux_group_options) -> list[dict]:
+def split_muon_params(model: nn.Module, exclude: Annotated[list[str], OneOf(*EXCLUDABLE)] = (),
+                      **aux_group_options) -> list[dict]:
     """Param groups for :class:`Muon`: ``[{"params": [...], "use_muon": True}, {"params": [...], "use_muon": False,
     **aux_group_options}]`` (empty groups dropped) using :func:`muon_param_names`'s rule."""
     params = dict(model.named_parameters())

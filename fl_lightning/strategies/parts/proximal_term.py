@@ -16,10 +16,11 @@ import torch
 
 from ...errors import ConfigError
 from ..base import ClientContext, Part
+from ...schema import NonNegative
 
 
 class ProximalTerm(Part):
-    def __init__(self, mu: float = 0.01):
+    def __init__(self, mu: NonNegative = 0.01):
         if not float(mu) >= 0:
             raise ConfigError("mu", f"must be >= 0, got {mu}", "use one of Li et al.'s values 0.001, 0.01, 0.1, 1")
         self.mu = float(mu)

@@ -31,13 +31,17 @@ import torch
 
 from ...errors import ConfigError
 from ..base import ClientContext, Part
+from typing import Annotated
+
+from ...schema import Range
 
 
 class SophiaHessian(Part):
     ESTIMATORS = ("hutchinson", "gnb", "empirical")
     COUNTERS = ("global", "client", "round")
 
-    def __init__(self, estimator: str = "hutchinson", every: int = 10, probes: int = 1, counter: str = "global"):
+    def __init__(self, estimator: str = "hutchinson", every: Annotated[int, Range(1, 10**9)] = 10,
+                 probes: Annotated[int, Range(1, 1024)] = 1, counter: str = "global"):
         if estimator not in self.ESTIMATORS:
             raise ConfigError("estimator", f"unknown estimator {estimator!r}", f"use one of {', '.join(self.ESTIMATORS)}")
         if counter not in self.COUNTERS:
