@@ -361,10 +361,10 @@ def _override_text(v) -> str:
 # arguments of targets this package does not own (torch's optimizers), declared as their hints would be
 _UNIT = Annotated[float, Range(0.0, 1.0, open_high=True)]
 EXTERNAL_HINTS: dict[str, dict] = {
-    "torch.optim.SGD": {"lr": Annotated[float, Range(0.0, 1e6)], "momentum": _UNIT,
-                        "weight_decay": Annotated[float, Range(0.0, 1e6)], "dampening": _UNIT, "nesterov": bool},
-    "torch.optim.Adam": {"lr": Annotated[float, Range(0.0, 1e6)], "betas": Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)],
-                         "eps": Annotated[float, Range(0.0, 1.0)], "weight_decay": Annotated[float, Range(0.0, 1e6)],
+    "torch.optim.SGD": {"lr": Annotated[float, Range(0.0)], "momentum": _UNIT,
+                        "weight_decay": Annotated[float, Range(0.0)], "dampening": _UNIT, "nesterov": bool},
+    "torch.optim.Adam": {"lr": Annotated[float, Range(0.0)], "betas": Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)],
+                         "eps": Annotated[float, Range(0.0, 1.0)], "weight_decay": Annotated[float, Range(0.0)],
                          "amsgrad": bool},
 }
 EXTERNAL_HINTS["torch.optim.AdamW"] = EXTERNAL_HINTS["torch.optim.Adam"]
