@@ -12,16 +12,15 @@ is TopK(1), the identity. It is a δ-compressor (it keeps at least TopK's energy
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from .base import index_bits, value_bits
-from typing import Annotated
-
 from ..schema import Range
+from .base import index_bits, value_bits
 
 
 class HeavySign:

@@ -20,8 +20,8 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from .sign import Sign
 from ..schema import Fraction
+from .sign import Sign
 
 
 class LionMomentum:

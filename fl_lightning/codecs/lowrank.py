@@ -18,14 +18,13 @@ r is clamped to [1, min(m, n)]; at r = min(m, n) the reconstruction is exact up 
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from typing import Annotated
-
 from ..schema import Range
 
 MODES = ("storage_frac", "rank_frac")

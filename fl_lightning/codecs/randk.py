@@ -8,13 +8,13 @@ reproducible and resumes exactly. k = max(1, ⌈frac·d⌉) per tensor. Bits as 
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
-from .topk import TopK
-from typing import Annotated
-
 from ..schema import Range
+from .topk import TopK
 
 
 class RandK(TopK):

@@ -11,16 +11,15 @@ as most FL code sends them. The receiver rebuilds the dense tensor with zeros el
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from .base import index_bits, value_bits
-from typing import Annotated
-
 from ..schema import Range
+from .base import index_bits, value_bits
 
 
 class TopK:

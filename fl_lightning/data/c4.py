@@ -21,15 +21,14 @@ import hashlib
 import json
 import logging
 import os
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .text import default_cache_dir, load_tokenizer, tokenizer_fingerprint
 from .tokens import TokenSet, build_token_files, read_meta
-from typing import Annotated
-
-from ..schema import Range
 
 log = logging.getLogger("fl_lightning")
 

@@ -5,15 +5,15 @@ It ships inside scikit-learn, so ``python train.py`` runs with no download. A fi
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .tensors import TensorSet
-from typing import Annotated
-
-from ..schema import Range
 
 _TOTAL = 1797
 

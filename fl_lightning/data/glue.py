@@ -18,16 +18,15 @@ from __future__ import annotations
 import csv
 import os
 import sys
+from typing import Annotated
 
 import torch
 
 from ..errors import ConfigError
+from ..schema import OneOf, Range
 from .info import DataInfo
 from .tensors import TensorSet
 from .text import cached, default_cache_dir, file_fingerprint, load_tokenizer, tokenize, tokenizer_fingerprint
-from typing import Annotated
-
-from ..schema import OneOf, Range
 
 # task: (folder, test file, header?, first text column, second text column or None, label column, label names,
 #        metrics (primary first)); columns are header names, or indices for CoLA (no header)

@@ -18,17 +18,16 @@ The problem (A, X*, E_k) is drawn from ``problem_seed``, independent of the run 
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..schema import NonNegative, OneOf, Positive, Range
 from .info import DataInfo
 from .tensors import TensorSet
-from typing import Annotated
-
-from ..schema import NonNegative, OneOf, Positive, Range
 
 
 def student_t_scale(nu: float) -> float:

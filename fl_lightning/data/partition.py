@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
 from ..errors import ConfigError
-from typing import Annotated
-
 from ..schema import Positive, Range
 
 

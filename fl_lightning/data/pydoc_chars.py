@@ -15,17 +15,16 @@ text is split once, not by the run seed: its first ``1 - test_fraction`` charact
 from __future__ import annotations
 
 import collections
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .pydoc_topics import corpus
 from .tensors import TensorSet
-from typing import Annotated
-
-from ..schema import Range
 
 VOCAB = 80
 

@@ -19,17 +19,16 @@ import hashlib
 import os
 import re
 import tempfile
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .tensors import TensorSet
 from .text import default_cache_dir
-from typing import Annotated
-
-from ..schema import Range
 
 TRAIN_FILE = "training.1600000.processed.noemoticon.csv"
 TEST_FILE = "testdata.manual.2009.06.14.csv"

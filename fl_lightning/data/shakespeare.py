@@ -19,17 +19,16 @@ from __future__ import annotations
 import glob
 import json
 import os
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .pydoc_chars import encode
 from .tensors import TensorSet
-from typing import Annotated
-
-from ..schema import Range
 
 ALL_LETTERS = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
 

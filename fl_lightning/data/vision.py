@@ -13,18 +13,16 @@ figures, e.g. seed 004's CIFAR std (0.2023, 0.1994, 0.2010)).
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import OneOf
 from .augment import ImageTransform
 from .info import DataInfo
 from .tensors import TensorSet
-from typing import Annotated
-
-from ..schema import OneOf
 
 Normalize = Annotated[str | dict, OneOf("dataset", "imagenet")]  # or {mean: [..], std: [..]}
 

@@ -7,7 +7,7 @@ strategy, not by ``configure_optimizers``.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Annotated, Callable
 
 import lightning as L
 import torch
@@ -18,8 +18,6 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from typing import Annotated
-
 from ..schema import OneOf
 
 

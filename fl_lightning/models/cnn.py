@@ -6,13 +6,12 @@ functions are their builders (``model.net._target_``): ``fn(info, **args)``.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from typing import Annotated
-
 from ..schema import Range
 from ._args import Width, Widths, image_shape, positive_ints
 

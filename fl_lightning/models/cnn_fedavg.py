@@ -8,12 +8,12 @@ on CIFAR; ``padding: 2`` ("same" convolutions) gives the paper's 1,663,370 on MN
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from typing import Annotated
-
 from ..schema import Range
 from ._args import Width, image_shape, positive_ints
 

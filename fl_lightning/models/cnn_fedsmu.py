@@ -10,11 +10,11 @@ The paper's counts are of **weights without biases** (App. E.4): ``filters: 64``
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 from torch import nn
 
 from ..data.info import DataInfo
-from typing import Annotated
-
 from ..schema import Range
 from ._args import Width, image_shape, positive_ints
 

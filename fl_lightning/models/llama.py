@@ -12,10 +12,10 @@ dataset's (the tokenizer's size).
 """
 from __future__ import annotations
 
-from ..data.info import DataInfo
-from ..errors import ConfigError
 from typing import Annotated
 
+from ..data.info import DataInfo
+from ..errors import ConfigError
 from ..schema import OneOf, Positive, Range
 from ._args import Depth, Width, positive_ints
 

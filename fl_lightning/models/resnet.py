@@ -19,13 +19,13 @@ CIFAR stem and 100 classes; 11,181,642 with the ImageNet stem and 10 classes (to
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch.nn.functional as F
 from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from typing import Annotated
-
 from ..schema import OneOf, Range
 from ._args import Depth, image_shape, positive_ints
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
+from typing import Annotated
 
 import torch
 from torch import nn
@@ -28,8 +29,6 @@ from torch import nn
 from ..data.info import DataInfo
 from ..data.text import hf_offline
 from ..errors import ConfigError
-from typing import Annotated
-
 from ..schema import Positive, Range
 from ._args import Dropout, fraction, lora_args
 

@@ -13,7 +13,7 @@ in the checkpoint themselves).
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Annotated, Callable, Mapping
 
 import lightning as L
 import torch
@@ -24,10 +24,8 @@ from torchmetrics.classification import BinaryF1Score, MulticlassAccuracy, Multi
 
 from ..data.info import DataInfo
 from ..errors import ConfigError, ResumeError
-from .classifier import build_net
-from typing import Annotated
-
 from ..schema import OneOf
+from .classifier import build_net
 
 METRICS = ("acc", "f1", "mcc")
 

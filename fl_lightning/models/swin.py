@@ -22,6 +22,7 @@ size first (``data.normalize: imagenet`` for pretrained weights) is the same as 
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
@@ -29,8 +30,6 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from typing import Annotated
-
 from ..schema import OneOf, Positive, Range
 from ._args import Depths, Dropout, Width, choice, fraction, image_shape, lora_args, positive_ints
 

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Annotated
 
 import torch
 from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from typing import Annotated
-
 from ..schema import OneOf, Range
 from ._args import Depth, Dropout, Width, choice, fraction, image_shape, positive_ints
 

@@ -10,13 +10,13 @@ paper gives no count). Linear layers keep PyTorch's default init (the repository
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.info import DataInfo
-from typing import Annotated
-
 from ..schema import Range
 from ._args import Depth, Dropout, Width, fraction, image_shape, positive_ints
 from .vit import resolve_patch

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from .adapters import StateAdapter
 from ..schema import Betas, NonNegative, Positive
+from .adapters import StateAdapter
 
 __all__ = ["Lion", "LionAdapter", "lion_update"]
 

@@ -51,19 +51,17 @@ p.grad is never modified. Corrections are not part of ``state_dict()`` (they bel
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
+from ..schema import Betas, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
 from .muon_math import (STYLE_ALIASES, adamw_update, decoupled_step, momentum_coeffs, momentum_update, muon_update,
                           orthogonalize_batched, update_scale)
-from .newton_schulz import matrix_shape
-from typing import Annotated
-
-from ..schema import Betas, NonNegative, OneOf, Range
-from .newton_schulz import NS_COEFFS
+from .newton_schulz import NS_COEFFS, matrix_shape
 
 __all__ = ["Muon", "MuonAdapter", "split_muon_params", "muon_param_names", "momentum_coeffs", "momentum_update",
            "muon_update", "update_scale"]

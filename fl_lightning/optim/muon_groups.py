@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Annotated
 
 from torch import Tensor, nn
 
+from ..schema import OneOf
 from .muon_math import AUX, EXCLUDABLE, LMOS, MOMENTUM_STYLES, SCALE_MODES, STYLE_ALIASES
 from .newton_schulz import resolve_coeffs
-from typing import Annotated
-
-from ..schema import OneOf
 
 def build_groups(params: Iterable, defaults: dict, aux_args: dict) -> list[dict]:
     """Normalize params into groups with an explicit ``use_muon`` flag (see Muon's docstring)."""

@@ -32,14 +32,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
-from .adapters import StateAdapter
-from typing import Annotated
-
 from ..schema import Betas, Fraction, NonNegative, OneOf, Range
+from .adapters import StateAdapter
 
 __all__ = ["SOAP", "SOAPAdapter", "eigenbasis", "factored_dims", "power_qr", "project"]
 

@@ -21,14 +21,13 @@ parameter: ``step`` (int), ``exp_avg`` (m), ``hessian`` (h); Θ = {h} (FedPAC pa
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
-from .adapters import StateAdapter
-from typing import Annotated
-
 from ..schema import Betas, NonNegative, OneOf, Positive
+from .adapters import StateAdapter
 
 __all__ = ["Sophia", "SophiaAdapter"]
 

@@ -24,8 +24,8 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from .base import ServerOptimizer, check_beta, check_nonneg, state_dtype
 from ..schema import Fraction, NonNegative, Positive
+from .base import ServerOptimizer, check_beta, check_nonneg, state_dtype
 
 
 BIAS_CORRECTIONS = (False, True, "step_size")

@@ -17,15 +17,14 @@ al. Alg. 2).
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
+from ..schema import Fraction, NonNegative, OneOf, Positive
 from .adam import AdaptiveServerOptimizer
 from .base import check_choice
-from typing import Annotated
-
-from ..schema import Fraction, NonNegative, OneOf, Positive
 
 TAU_MODES = ("max", "add")
 

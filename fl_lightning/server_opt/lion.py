@@ -11,10 +11,8 @@ the paper's beta1 = 0.9, beta2 = 0.99; lr should be ~3-10x smaller than an Adam 
 from __future__ import annotations
 
 from ..optim.lion import lion_update  # the pure update, shared with the local optimizer
-from .base import ServerOptimizer, check_beta, check_nonneg
 from ..schema import Fraction, NonNegative, Positive
-
-
+from .base import ServerOptimizer, check_beta, check_nonneg
 
 
 class Lion(ServerOptimizer):

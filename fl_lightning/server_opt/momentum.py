@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import ServerOptimizer, check_beta
 from ..schema import Fraction, Positive
+from .base import ServerOptimizer, check_beta
 
 
 def momentum_update(g: Tensor, buf: Tensor, beta: float, nesterov: bool = False) -> Tensor:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from .base import ServerOptimizer, check_nonneg
 from ..schema import NonNegative, Positive
+from .base import ServerOptimizer, check_nonneg
 
 
 def sgd_update(g: Tensor) -> Tensor:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .adam import AdaptiveServerOptimizer, adaptive_step
 from ..schema import Fraction, NonNegative, Positive
+from .adam import AdaptiveServerOptimizer, adaptive_step
 
 
 def yogi_update(g: Tensor, m: Tensor, v: Tensor, t: int, beta1: float, beta2: float, tau: float,

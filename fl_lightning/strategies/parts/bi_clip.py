@@ -15,13 +15,13 @@ that role. The "Adam" outer optimizer is the server's (``ModelAverage(server_opt
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 
 from ...errors import ConfigError
-from ..base import ClientContext, Part
-from typing import Annotated
-
 from ...schema import NonNegative, Range
+from ..base import ClientContext, Part
 
 
 class BiClip(Part):

@@ -43,8 +43,8 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ...schema import Fraction, Positive
+from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 
 
 class GlobalAlignment(Part):

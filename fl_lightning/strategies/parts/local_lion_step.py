@@ -16,8 +16,8 @@ import torch
 
 from ...errors import ConfigError
 from ...optim.lion import lion_update
-from ..base import ClientContext, Part
 from ...schema import Fraction, NonNegative, Positive
+from ..base import ClientContext, Part
 
 
 class LocalLionStep(Part):

@@ -19,8 +19,8 @@ import torch
 
 from ...codecs import LionMomentum
 from ...errors import ConfigError
-from ..base import MODEL_KEY, ClientContext, Msg, Part, ServerContext
 from ...schema import Fraction, NonNegative, Positive
+from ..base import MODEL_KEY, ClientContext, Msg, Part, ServerContext
 
 
 class MomentumCompletion(Part):

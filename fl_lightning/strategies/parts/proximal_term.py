@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from ...errors import ConfigError
-from ..base import ClientContext, Part
 from ...schema import NonNegative
+from ..base import ClientContext, Part
 
 
 class ProximalTerm(Part):

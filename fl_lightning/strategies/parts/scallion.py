@@ -23,14 +23,14 @@ dense and are averaged.
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
-from typing import Annotated
-
 from ...schema import Positive, Range
+from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 
 
 class Scallion(Part):

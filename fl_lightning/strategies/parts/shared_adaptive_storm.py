@@ -24,15 +24,15 @@ x̄, m̄, v̄: 3 model-sized tensors each). The clamp α ≤ 1 is ours (c η_t²
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
 from ...errors import ConfigError
+from ...schema import Fraction, NonNegative, OneOf, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from .global_alignment import mean_probe_gradient
-from typing import Annotated
-
-from ...schema import Fraction, NonNegative, OneOf, Positive
 
 
 class SharedAdaptiveStorm(Part):

@@ -27,13 +27,13 @@ Costs one extra forward and a double backward (hutchinson) or one forward/backwa
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 
 from ...errors import ConfigError
-from ..base import ClientContext, Part
-from typing import Annotated
-
 from ...schema import Range
+from ..base import ClientContext, Part
 
 
 class SophiaHessian(Part):
