@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import resource
 
 import pytest
 from omegaconf import OmegaConf, open_dict
@@ -223,6 +224,7 @@ def _follow_fix(cfg, group: str, key: str, err) -> str | None:
 
 
 _FOLLOWED: set = set()
+CASES = [0]  # cases tried in this session (for the record)
 _PROBED: set = set()  # (key, its yaml value, the constructor it goes to): a method that inherits fedavg's keys unchanged
                       # is not probed on them again (the verdict is the same); every key of a new member is
 
@@ -249,6 +251,7 @@ def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member)
     assert base is None, f"{group}={member} does not validate as shipped: {base}"
     bad: list[str] = []
     keys = own_keys(cfg, node_key)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB; nothing a case does may allocate by its value
     for key, raw in keys:
         parent = key.rpartition(".")[0]
         seen = (key, repr(raw), str(OmegaConf.select(cfg, f"{parent}._target_", default=None)))
@@ -263,6 +266,7 @@ def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member)
         for label, value in values.items():
             with _Set(cfg, key, value):
                 err = verdict(cfg, group)
+            CASES[0] += 1
             if err is None:
                 if not _valid(key, label):
                     bad.append(f"{key}={value!r} accepted")
@@ -284,8 +288,11 @@ def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member)
             real.rpartition(".")[2]]
         with _Set(cfg, typo, value):
             err = verdict(cfg, group, [f"+{typo}={_override_text(value)}"])
+        CASES[0] += 1
         if err is None:
             bad.append(f"+{typo} accepted")
         elif not _names(err, typo) or real not in err.fix:
             bad.append(f"+{typo}: should name it and suggest {real}: {err}")
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
+    assert grown < 256 * 1024, f"{group}={member}: the cases raised the peak memory by {grown // 1024} MiB"
     assert not bad, f"{group}={member}: {len(bad)} bad cases:\n" + "\n".join(bad)
