@@ -296,3 +296,22 @@ def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
     assert grown < 256 * 1024, f"{group}={member}: the cases raised the peak memory by {grown // 1024} MiB"
     assert not bad, f"{group}={member}: {len(bad)} bad cases:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["data=digits", "data.test_size=1000000000000"], "data.test_size"),
+    (["data/partition=shards", "data.partition.shards_per_client=0"], "data.partition.shards_per_client"),
+    (["method=fedprox", "method.mu=-1"], "method.mu"),
+    (["optimizer=soap", "optimizer.precondition_frequency=0"], "optimizer.precondition_frequency"),
+    (["method=fedadam", "server_opt=yogi", "server_opt.beta1=abc"], "server_opt.beta1"),
+    (["model=mlp", "model.net.hidden=[128,1000000000000]"], "model.net.hidden"),
+    (["model=cnn", "+model.net.hiden=5"], "model.net.hiden"),
+])
+def test_a_sample_through_the_cli(overrides, key, tmp_path):
+    """What the probe checks at validation is what ``python train.py`` prints: one line, exit 2, the key typed."""
+    from tests.helpers.cli import cli_in_process
+
+    code, err = cli_in_process(FAST + overrides, tmp_path / "run")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: config error: {key}"), err
+    assert "; fix: " in lines[0], lines[0]
