@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError, FLError
-from .schema import OneOf, Range  # noqa: F401  (re-exported: constructors declare ranges with them)
+from .schema import OneOf, Range
 
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 
@@ -209,23 +209,6 @@ def instantiate(node: Any, key: str, *, drop: tuple[str, ...] = ("name",), **kwa
         raise qualify(err, key, root) from None
 
 
-def _simple_kind(hint) -> tuple[str | None, bool]:
-    """(schema kind, nullable) of a constructor's type hint, for the plain kinds only (int, float, bool, str and their
-    Optional forms); (None, False) for anything else, which its constructor checks itself."""
-    import types
-    import typing
-
-    args = typing.get_args(hint)
-    nullable = False
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) != 1:
-            return None, False
-        hint, nullable = rest[0], len(rest) < len(args)
-    kind = {int: "int", float: "float", bool: "bool", str: "str"}.get(hint)
-    return kind, nullable
-
-
 _KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
 
@@ -238,8 +221,6 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     import collections.abc
     import types
     import typing
-
-    from .schema import OneOf, Range
 
     rng, choices = None, ()
 
@@ -363,7 +344,8 @@ _UNIT = Annotated[float, Range(0.0, 1.0, open_high=True)]
 EXTERNAL_HINTS: dict[str, dict] = {
     "torch.optim.SGD": {"lr": Annotated[float, Range(0.0)], "momentum": _UNIT,
                         "weight_decay": Annotated[float, Range(0.0)], "dampening": _UNIT, "nesterov": bool},
-    "torch.optim.Adam": {"lr": Annotated[float, Range(0.0)], "betas": Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)],
+    "torch.optim.Adam": {"lr": Annotated[float, Range(0.0)],
+                         "betas": Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)],
                          "eps": Annotated[float, Range(0.0, 1.0)], "weight_decay": Annotated[float, Range(0.0)],
                          "amsgrad": bool},
 }
@@ -468,5 +450,6 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model",
                                                   f"set it to {_describe(item_meta)}, e.g. {src}={ex}")
                     user = err.key.split(" (via ")[0]
                     ex = _override_text(_example(meta, default, has_default))
-                    known = f" (its default: {_override_text(default)})" if has_default and _override_text(default) != ex else ""
+                    shown = _override_text(default)
+                    known = f" (its default: {shown})" if has_default and shown != ex else ""
                     raise ConfigError(err.key, bad, f"set it to {_describe(meta)}, e.g. {user}={ex}{known}")

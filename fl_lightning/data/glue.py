@@ -82,7 +82,8 @@ def read_tsv(path: str, header: bool, cols: tuple, label_col, labels: tuple[str,
     return a, b, y
 
 
-def glue(task: Annotated[str, OneOf(*TASKS, *ALIASES, *map(str.upper, TASKS))] = "rte", root: str = "data/glue", tokenizer_path: str | None = None,
+def glue(task: Annotated[str, OneOf(*TASKS, *ALIASES, *map(str.upper, TASKS))] = "rte", root: str = "data/glue",
+         tokenizer_path: str | None = None,
          max_length: Annotated[int | str, Range(1, 1 << 16, words=("auto",))] = "auto", cache_dir: str | None = "auto",
          hub_offline: bool = True, max_train: Annotated[int, Range(1, 1 << 40)] | None = None
          ) -> tuple[TensorSet, TensorSet, DataInfo]:

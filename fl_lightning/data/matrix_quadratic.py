@@ -76,8 +76,9 @@ def _check(m, n, num_clients, lipschitz, kappa, delta, sigma, noise, nu) -> None
         if not ok:
             raise ConfigError(key, f"must be {rule}, got {value}", f"e.g. data.{key}={default} (the default)")
     if int(m) * int(n) * max(int(num_clients), 2) > MAX_ENTRIES:  # the offsets E_k: (K, m, n) float64, and A
-        raise ConfigError("m", f"{m}x{n} matrices for {num_clients} clients hold {int(m) * int(n) * int(num_clients):,} "
-                          f"numbers (at most {MAX_ENTRIES:,})", "lower data.m / data.n or fl.num_clients")
+        total = int(m) * int(n) * int(num_clients)
+        raise ConfigError("m", f"{m}x{n} matrices for {num_clients} clients hold {total:,} numbers (at most "
+                          f"{MAX_ENTRIES:,})", "lower data.m / data.n or fl.num_clients")
     if noise not in ("gaussian", "student_t"):
         raise ConfigError("noise", f"must be gaussian or student_t, got {noise!r}", "data.noise=student_t data.nu=2")
     if noise == "student_t" and not (nu is not None and float(nu) > 1):

@@ -47,7 +47,8 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
 
 
 def dirichlet_per_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: Positive,
-                        min_size: Annotated[int, Range(0, 10**9)] = 1, max_tries: Annotated[int, Range(1, 1 << 20)] = 1000) -> list[np.ndarray]:
+                        min_size: Annotated[int, Range(0, 10**9)] = 1,
+                        max_tries: Annotated[int, Range(1, 1 << 20)] = 1000) -> list[np.ndarray]:
     """Per-class Dirichlet(alpha) proportions over clients (Hsu et al. 2019); redrawn until every client holds
     ``min_size`` examples (at most ``max_tries`` draws)."""
     alpha = _positive_alpha(alpha)

@@ -69,7 +69,8 @@ def encode(texts: list[str], vocab: dict[str, int], max_length: int) -> torch.Te
 
 
 def sentiment140(root: str = "data/sentiment140", fraction: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.01,
-                 subsample_seed: Annotated[int, Range(0, 2**32 - 1)] = 0, max_length: Annotated[int, Range(1, 1 << 16)] = 64,
+                 subsample_seed: Annotated[int, Range(0, 2**32 - 1)] = 0,
+                 max_length: Annotated[int, Range(1, 1 << 16)] = 64,
                  min_count: Annotated[int, Range(1, 10**9)] = 2, cache_dir: str | None = "auto"
                  ) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info): ``{"input_ids", "y"}`` sets, the training set also with ``group`` (the tweet's user,

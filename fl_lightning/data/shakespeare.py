@@ -61,9 +61,11 @@ def crop(samples: dict, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return to_ids(samples["x"][start:start + count]), to_ids(samples["y"][start:start + count]).ravel().astype(np.int64)
 
 
-def shakespeare(root: str = "data/shakespeare", roles: Annotated[int | str, Range(1, 1 << 20, words=("auto",))] = "auto",
+def shakespeare(root: str = "data/shakespeare",
+                roles: Annotated[int | str, Range(1, 1 << 20, words=("auto",))] = "auto",
                 train_per_client: Annotated[int, Range(1, 1 << 24)] = 2000,
-                test_per_client: Annotated[int, Range(1, 1 << 24)] = 400, selection_seed: Annotated[int, Range(0, 2**32 - 1)] = 0) -> tuple[TensorSet, TensorSet, DataInfo]:
+                test_per_client: Annotated[int, Range(1, 1 << 24)] = 400,
+                selection_seed: Annotated[int, Range(0, 2**32 - 1)] = 0) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info): ``{"input_ids": uint8 (N, 80), "y", "group"}`` (see the module docstring)."""
     root = os.path.expanduser(str(root))
     users, train = read_leaf(os.path.join(root, "train"))

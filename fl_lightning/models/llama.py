@@ -20,9 +20,10 @@ from ..schema import OneOf, Positive, Range
 from ._args import Depth, Width, positive_ints
 
 
-def llama(info: DataInfo, hidden_size: Width = 512, intermediate_size: Width = 1376, heads: Depth = 8, layers: Depth = 8,
-          max_length: Annotated[int, Range(1, 1 << 20)] = 256, vocab_size: Annotated[int, Range(1, 1 << 21)] | None = None,
-          rms_norm_eps: Positive = 1e-6, attn_implementation: Annotated[str, OneOf("sdpa", "eager", "flash_attention_2")] = "sdpa"):
+def llama(info: DataInfo, hidden_size: Width = 512, intermediate_size: Width = 1376, heads: Depth = 8,
+          layers: Depth = 8, max_length: Annotated[int, Range(1, 1 << 20)] = 256,
+          vocab_size: Annotated[int, Range(1, 1 << 21)] | None = None, rms_norm_eps: Positive = 1e-6,
+          attn_implementation: Annotated[str, OneOf("sdpa", "eager", "flash_attention_2")] = "sdpa"):
     """``LlamaForCausalLM`` for ``info``'s tokens; ``vocab_size`` null = ``info.vocab_size``. An explicit vocabulary
     smaller than the tokenizer's is accepted when the dataset reports that its ids stay below it (provenance
     ``max_token_id``: the T5 tokenizer counts 32,100 with its 100 sentinel ids, which text never produces)."""

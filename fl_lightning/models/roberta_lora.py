@@ -98,7 +98,8 @@ def load_backbone(path: str, num_labels: int, offline: bool = True) -> nn.Module
 
 
 def roberta_lora(info: DataInfo, pretrained_path: str | None = None, hub_offline: bool = True, lora: bool = True,
-                 lora_r: Annotated[int, Range(1, 1 << 12)] = 16, lora_alpha: Positive = 32, lora_dropout: Dropout = 0.05,
+                 lora_r: Annotated[int, Range(1, 1 << 12)] = 16, lora_alpha: Positive = 32,
+                 lora_dropout: Dropout = 0.05,
                  lora_targets: list[str] = LORA_TARGETS, dropout: Dropout | None = None) -> nn.Module:
     """The pretrained classifier for ``info`` with LoRA (see the module docstring). ``lora: false`` fine-tunes all
     weights instead. ``dropout``: override the backbone's hidden/attention dropout (None keeps its config's)."""

@@ -122,7 +122,8 @@ def swin(info: DataInfo, embed_dim: Width = 96, depths: Annotated[list[int], Ran
          num_heads: Depths = (3, 6, 12, 24), window_size: Annotated[int, Range(1, 1 << 10)] = 7,
          patch_size: Annotated[int | str, Range(1, 1 << 10, words=("auto",))] = "auto",
          img_size: Annotated[int | str, Range(1, 1 << 13, words=("auto",))] = 224,
-         resize: Annotated[str, OneOf(*RESIZES)] = "bilinear", mlp_ratio: Annotated[float, Range(0.0, 64.0, open_low=True)] = 4.0,
+         resize: Annotated[str, OneOf(*RESIZES)] = "bilinear",
+         mlp_ratio: Annotated[float, Range(0.0, 64.0, open_low=True)] = 4.0,
          drop_path: Dropout = 0.1, pretrained_path: str | None = None, lora: bool = False,
          lora_r: Annotated[int, Range(1, 1 << 12)] = 16, lora_alpha: Positive = 32, lora_dropout: Dropout = 0.05,
          lora_targets: list[str] = ("attn.qkv", "attn.proj")) -> ResizedSwin:

@@ -67,7 +67,8 @@ def sincos_table(tokens: int, dim: int) -> torch.Tensor:
 def vit_tiny(info: DataInfo, patch_size: Annotated[int | str, Range(1, 1 << 10, words=("auto",))] = "auto",
              depth: Depth = 6, embed_dim: Width = 192, num_heads: Depth = 3,
              mlp_ratio: Annotated[float, Range(0.0, 64.0, open_low=True)] = 4.0,
-             pos_embed: Annotated[str, OneOf(*POS_EMBEDS)] = "learn", init: Annotated[str, OneOf(*INITS)] = "trunc_normal",
+             pos_embed: Annotated[str, OneOf(*POS_EMBEDS)] = "learn",
+             init: Annotated[str, OneOf(*INITS)] = "trunc_normal",
              dropout: Dropout = 0.0) -> nn.Module:
     """timm VisionTransformer for ``info``'s images; defaults = seed 004's ViT-Tiny (see the module docstring)."""
     from timm.models.vision_transformer import VisionTransformer

@@ -67,8 +67,8 @@ class AdaptiveServerOptimizer(ServerOptimizer):
 
     state_names = ("m", "v")
 
-    def __init__(self, params, lr: Positive, beta1: Fraction, beta2: Fraction, tau: NonNegative, bias_correction: bool | str,
-                 v0):
+    def __init__(self, params, lr: Positive, beta1: Fraction, beta2: Fraction, tau: NonNegative,
+                 bias_correction: bool | str, v0):
         super().__init__(params, lr)
         self.beta1 = check_beta("beta1", beta1, "use beta1 in [0, 1), e.g. 0.9")
         self.beta2 = check_beta("beta2", beta2, "use beta2 in [0, 1), e.g. 0.99")
@@ -92,7 +92,8 @@ class AdaptiveServerOptimizer(ServerOptimizer):
 
 
 class Adam(AdaptiveServerOptimizer):
-    def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99, tau: NonNegative = 1e-3,
+    def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
+                 tau: NonNegative = 1e-3,
                  bias_correction: bool | str = False, v0="tau2"):
         super().__init__(params, lr, beta1, beta2, tau, bias_correction, v0)
         self._init_state()

@@ -28,7 +28,8 @@ def yogi_update(g: Tensor, m: Tensor, v: Tensor, t: int, beta1: float, beta2: fl
 
 
 class Yogi(AdaptiveServerOptimizer):
-    def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99, tau: NonNegative = 1e-3,
+    def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
+                 tau: NonNegative = 1e-3,
                  bias_correction: bool | str = False, v0="tau2"):
         super().__init__(params, lr, beta1, beta2, tau, bias_correction, v0)
         self._init_state()

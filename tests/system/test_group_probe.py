@@ -140,7 +140,8 @@ def _leaves(node, prefix: str) -> list[tuple[str, object]]:
 
 
 def own_keys(cfg, node_key: str) -> list[tuple[str, object]]:
-    """The member's keys (its yaml's leaves after composition, unresolved), without a nested group's (data.partition)."""
+    """The member's keys (its yaml's leaves after composition, unresolved), without a nested group's
+    (data.partition)."""
     plain = OmegaConf.to_container(OmegaConf.select(cfg, node_key), resolve=False)
     if node_key == "data":
         plain.pop("partition", None)
@@ -225,8 +226,9 @@ def _follow_fix(cfg, group: str, key: str, err) -> str | None:
 
 _FOLLOWED: set = set()
 CASES = [0]  # cases tried in this session (for the record)
-_PROBED: set = set()  # (key, its yaml value, the constructor it goes to): a method that inherits fedavg's keys unchanged
-                      # is not probed on them again (the verdict is the same); every key of a new member is
+# (key, its yaml value, the constructor it goes to): a method that inherits fedavg's keys unchanged is not probed on
+# them again (the verdict is the same); every key of a new member is
+_PROBED: set = set()
 
 
 def _numeric(raw) -> bool:
