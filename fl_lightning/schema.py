@@ -16,11 +16,45 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Range:
+    """The bounds of a constructor argument, declared in its signature (``hidden: Annotated[int, Range(1, 1 << 16)]``)
+    and enforced by :func:`fl_lightning.config.check_targets` before anything is built, so a huge or negative size is
+    one line naming the key, never an allocation. ``low``/``high`` are inclusive unless ``open_low``/``open_high``;
+    ``words`` are strings accepted besides numbers (``auto``); ``example`` is the value a fix suggests when the
+    argument has no valid default. For a list argument (``list[int]``, ``tuple[float, float]``) it bounds each item."""
+
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    open_high: bool = False
+    words: tuple[str, ...] = ()
+    example: Any = None
+
+
+@dataclass(frozen=True)
+class OneOf:
+    """The only strings a constructor argument accepts (``first_step: Annotated[str, OneOf("init_only", "adam")]``),
+    enforced like :class:`Range`."""
+
+    values: tuple
+
+    def __init__(self, *values):
+        object.__setattr__(self, "values", tuple(values))
+
+
+# argument kinds constructor signatures share (``lr: NonNegative = 1e-3``), checked by config.check_targets
+NonNegative = Annotated[float, Range(0.0)]
+Positive = Annotated[float, Range(0.0, open_low=True)]
+Fraction = Annotated[float, Range(0.0, 1.0, open_high=True)]  # betas, momenta, dropout rates: [0, 1)
+Betas = Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)]
 
 
 def key(default, help: str, kind: str, low=None, high=None, words=(), choices=(), nullable=False,  # noqa: A002
@@ -182,10 +216,22 @@ def problem(meta, v) -> str | None:
         alt = f" or {' / '.join(meta['words'])}" if meta["words"] else ""
         return f"expected {what}{alt}, got {v!r}"
     low, high = meta["low"], meta["high"]
-    if v != v or (low is not None and v < low) or (high is not None and v > high):
-        bounds = f">= {low}" if high is None else f"in [{low}, {high}]"
-        return f"must be {bounds}, got {v!r}"
+    open_low, open_high = meta.get("open_low", False), meta.get("open_high", False)
+    if v != v or (low is not None and (v <= low if open_low else v < low)) or (
+            high is not None and (v >= high if open_high else v > high)):
+        return f"must be {bounds(meta)}, got {v!r}"
     return None
+
+
+def bounds(meta) -> str:
+    """``>= 0``, ``> 0``, ``in [1, 65536]``, ``in [0, 1)``: a field's range in words."""
+    low, high = meta["low"], meta["high"]
+    open_low, open_high = meta.get("open_low", False), meta.get("open_high", False)
+    if high is None:
+        return f"{'>' if open_low else '>='} {low}"
+    if low is None:
+        return f"{'<' if open_high else '<='} {high}"
+    return f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
 
 
 def check_value(name: str, v) -> None:
@@ -347,7 +393,7 @@ def _check_flags(node, prefix: str) -> None:
                 if not isinstance(v, bool):
                     raise ConfigError(name, f"expected true or false, got {v!r}",
                                       f"set {name}=true (or leave the config's value)")
-            else:
+            elif not OmegaConf.is_interpolation(node, k):  # an interpolated node (${optimizer}): checked at its source
                 _check_flags(node.get(k) if not OmegaConf.is_missing(node, k) else None, name + ".")
 
 

@@ -13,10 +13,12 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
+from ..schema import NonNegative
 
 
 class Clamp:
-    def __init__(self, inner, min: float | None = 0.0, max: float | None = None):  # noqa: A002 (torch's names)
+    def __init__(self, inner, min: NonNegative | None = 0.0,  # noqa: A002 (torch's names)
+                 max: NonNegative | None = None):  # noqa: A002
         if inner is None or isinstance(inner, (str, bytes)) or not hasattr(inner, "encode"):
             raise ConfigError("inner", f"expected a codec, got {inner!r}",
                               "give a _target_ such as fl_lightning.codecs.LowRankSVD")

@@ -12,17 +12,19 @@ is TopK(1), the identity. It is a δ-compressor (it keeps at least TopK's energy
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
+from ..schema import Range
 from .base import index_bits, value_bits
 
 
 class HeavySign:
-    def __init__(self, frac: float = 0.01):
+    def __init__(self, frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.01):
         if not 0 < float(frac) <= 1:
             raise ConfigError("frac", f"must be in (0, 1], got {frac}", "use e.g. 0.01 (1% heavy coordinates)")
         self.frac = float(frac)

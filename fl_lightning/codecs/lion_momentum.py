@@ -20,11 +20,12 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
+from ..schema import Fraction
 from .sign import Sign
 
 
 class LionMomentum:
-    def __init__(self, inner=None, beta1: float = 0.9, beta2: float = 0.9):
+    def __init__(self, inner=None, beta1: Fraction = 0.9, beta2: Fraction = 0.9):
         if inner is not None and (isinstance(inner, (str, bytes)) or not hasattr(inner, "encode")):
             raise ConfigError("inner", f"expected a codec, got {inner!r}",
                               "give a _target_ such as fl_lightning.codecs.Sign (or null for Sign())")

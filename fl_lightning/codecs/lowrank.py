@@ -18,12 +18,14 @@ r is clamped to [1, min(m, n)]; at r = min(m, n) the reconstruction is exact up 
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
+from ..schema import Range
 
 MODES = ("storage_frac", "rank_frac")
 
@@ -76,7 +78,7 @@ def dense_fraction(shape: tuple[int, ...], mode: str = "storage_frac", frac: flo
 class LowRankSVD:
     """The codec: ndim ≥ 2 tensors travel as (U_r, S_r, Vh_r) (bits of the three factors), vectors dense."""
 
-    def __init__(self, mode: str = "storage_frac", frac: float = 0.05):
+    def __init__(self, mode: str = "storage_frac", frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.05):
         if mode not in MODES:
             raise ConfigError("mode", f"unknown mode {mode!r}", f"use one of {', '.join(MODES)}")
         if not 0 < float(frac) <= 1:

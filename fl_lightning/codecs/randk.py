@@ -8,16 +8,19 @@ reproducible and resumes exactly. k = max(1, ⌈frac·d⌉) per tensor. Bits as 
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
+from ..schema import Range
 from .topk import TopK
 
 
 class RandK(TopK):
     example = "0.1 (10% of the coordinates)"
 
-    def __init__(self, frac: float = 0.1, index_bits: str | int = "log2"):
+    def __init__(self, frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.1, index_bits: str | int = "log2"):
         super().__init__(frac, index_bits)
 
     def omega(self, d: int) -> float:

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
+from ..schema import Positive
 
 
 def steps_bits(k: int) -> int:
@@ -27,7 +28,7 @@ def steps_bits(k: int) -> int:
 class SignSteps:
     uses_client = True
 
-    def __init__(self, lr: float):
+    def __init__(self, lr: Positive):
         if not float(lr) > 0:
             raise ConfigError("lr", f"must be > 0, got {lr}", "give the local Lion lr (method.lr)")
         self.lr = float(lr)

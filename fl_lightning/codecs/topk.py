@@ -11,19 +11,21 @@ as most FL code sends them. The receiver rebuilds the dense tensor with zeros el
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
+from ..schema import Range
 from .base import index_bits, value_bits
 
 
 class TopK:
     example = "0.01 (1% of the coordinates)"
 
-    def __init__(self, frac: float = 0.01, index_bits: str | int = "log2"):
+    def __init__(self, frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.01, index_bits: str | int = "log2"):
         if not 0 < float(frac) <= 1:
             raise ConfigError("frac", f"must be in (0, 1], got {frac}", f"use e.g. {self.example}")
         if index_bits not in ("log2", 32, "32"):

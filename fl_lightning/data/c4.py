@@ -21,9 +21,11 @@ import hashlib
 import json
 import logging
 import os
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .text import default_cache_dir, load_tokenizer, tokenizer_fingerprint
 from .tokens import TokenSet, build_token_files, read_meta
@@ -68,9 +70,11 @@ def tokenized(files: list[str], tok, tok_hash: str, cache: str, batch_docs: int)
 
 
 def c4(root: str = "data/c4", tokenizer_path: str | None = None, train_files: str = "c4-train.*.json.gz",
-       val_files: str = "c4-validation.*.json.gz", max_train_shards: int | None = None, max_val_shards: int | None = 1,
-       seq_len: int = 256, eval_sequences: int = 2048, cache_dir: str | None = "auto", hub_offline: bool = True,
-       batch_docs: int = 1000) -> tuple[TokenSet, TokenSet, DataInfo]:
+       val_files: str = "c4-validation.*.json.gz", max_train_shards: Annotated[int, Range(1, 1 << 20)] | None = None,
+       max_val_shards: Annotated[int, Range(1, 1 << 20)] | None = 1, seq_len: Annotated[int, Range(2, 1 << 20)] = 256,
+       eval_sequences: Annotated[int, Range(1, 1 << 30)] = 2048, cache_dir: str | None = "auto",
+       hub_offline: bool = True, batch_docs: Annotated[int, Range(1, 1 << 24)] = 1000
+       ) -> tuple[TokenSet, TokenSet, DataInfo]:
     """(train, test, info) as packed token sequences (see the module docstring)."""
     if int(seq_len) < 2 or int(eval_sequences) < 1:
         raise ConfigError("seq_len", f"seq_len must be >= 2 and eval_sequences >= 1, got {seq_len}, {eval_sequences}",

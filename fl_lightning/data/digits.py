@@ -5,17 +5,20 @@ It ships inside scikit-learn, so ``python train.py`` runs with no download. A fi
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .tensors import TensorSet
 
 _TOTAL = 1797
 
 
-def digits(test_size: int = 360) -> tuple[TensorSet, TensorSet, DataInfo]:
+def digits(test_size: Annotated[int, Range(10, _TOTAL - 10)] = 360) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info) for the digits; images scaled from [0, 16] to [-1, 1]."""
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split

@@ -18,10 +18,12 @@ from __future__ import annotations
 import csv
 import os
 import sys
+from typing import Annotated
 
 import torch
 
 from ..errors import ConfigError
+from ..schema import OneOf, Range
 from .info import DataInfo
 from .tensors import TensorSet
 from .text import cached, default_cache_dir, file_fingerprint, load_tokenizer, tokenize, tokenizer_fingerprint
@@ -80,8 +82,10 @@ def read_tsv(path: str, header: bool, cols: tuple, label_col, labels: tuple[str,
     return a, b, y
 
 
-def glue(task: str = "rte", root: str = "data/glue", tokenizer_path: str | None = None, max_length="auto",
-         cache_dir: str | None = "auto", hub_offline: bool = True, max_train: int | None = None
+def glue(task: Annotated[str, OneOf(*TASKS, *ALIASES, *map(str.upper, TASKS))] = "rte", root: str = "data/glue",
+         tokenizer_path: str | None = None,
+         max_length: Annotated[int | str, Range(1, 1 << 16, words=("auto",))] = "auto", cache_dir: str | None = "auto",
+         hub_offline: bool = True, max_train: Annotated[int, Range(1, 1 << 40)] | None = None
          ) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, validation, info) of one GLUE task (see the module docstring). ``max_train``: keep only the first
     that many training rows (quick checks)."""

@@ -18,12 +18,14 @@ The problem (A, X*, E_k) is drawn from ``problem_seed``, independent of the run 
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..schema import NonNegative, OneOf, Positive, Range
 from .info import DataInfo
 from .tensors import TensorSet
 
@@ -60,6 +62,9 @@ class MatrixNoise:
         return {**batch, "noise": noise[0].to(batch["target"].device)}
 
 
+MAX_ENTRIES = 1 << 27  # m·n·K float64 numbers (1 GiB): bounds the offsets before they are drawn
+
+
 def _check(m, n, num_clients, lipschitz, kappa, delta, sigma, noise, nu) -> None:
     for key, value in (("m", m), ("n", n), ("num_clients", num_clients)):
         if value is None or int(value) < 1:
@@ -70,6 +75,10 @@ def _check(m, n, num_clients, lipschitz, kappa, delta, sigma, noise, nu) -> None
                                           ("sigma", sigma, sigma >= 0, ">= 0", 1)):
         if not ok:
             raise ConfigError(key, f"must be {rule}, got {value}", f"e.g. data.{key}={default} (the default)")
+    if int(m) * int(n) * max(int(num_clients), 2) > MAX_ENTRIES:  # the offsets E_k: (K, m, n) float64, and A
+        total = int(m) * int(n) * int(num_clients)
+        raise ConfigError("m", f"{m}x{n} matrices for {num_clients} clients hold {total:,} numbers (at most "
+                          f"{MAX_ENTRIES:,})", "lower data.m / data.n or fl.num_clients")
     if noise not in ("gaussian", "student_t"):
         raise ConfigError("noise", f"must be gaussian or student_t, got {noise!r}", "data.noise=student_t data.nu=2")
     if noise == "student_t" and not (nu is not None and float(nu) > 1):
@@ -87,9 +96,12 @@ def _offsets(num_clients: int, m: int, n: int, g: torch.Generator) -> Tensor:
     return (math.sqrt(num_clients / (num_clients - 1)) * (q - q.mean(0))).reshape(num_clients, m, n)
 
 
-def matrix_quadratic(num_clients: int, m: int = 64, n: int = 32, L: float = 1.0, kappa: float = 10.0,
-                     delta: float = 1.0, sigma: float = 1.0, noise: str = "gaussian", nu: float | None = None,
-                     problem_seed: int = 0) -> tuple[TensorSet, TensorSet, DataInfo]:
+def matrix_quadratic(num_clients: Annotated[int, Range(1, 1 << 20)], m: Annotated[int, Range(1, 1 << 12)] = 64,
+                     n: Annotated[int, Range(1, 1 << 12)] = 32, L: Positive = 1.0,
+                     kappa: Annotated[float, Range(1.0)] = 10.0, delta: NonNegative = 1.0, sigma: NonNegative = 1.0,
+                     noise: Annotated[str, OneOf("gaussian", "student_t")] = "gaussian",
+                     nu: Annotated[float, Range(1.0, open_low=True)] | None = None,
+                     problem_seed: Annotated[int, Range(0, 2**32 - 1)] = 0) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info) of the quadratic testbed above; ``info.input_shape = (m, n)``, the shape of X."""
     _check(m, n, num_clients, float(L), float(kappa), float(delta), float(sigma), noise, nu)
     k, m, n = int(num_clients), int(m), int(n)

@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
 from ..errors import ConfigError
+from ..schema import Positive, Range
 
 
 def _positive_alpha(alpha) -> float:
@@ -44,8 +46,9 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
     return [np.sort(part) for part in np.array_split(perm, num_clients)]
 
 
-def dirichlet_per_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float,
-                        min_size: int = 1, max_tries: int = 1000) -> list[np.ndarray]:
+def dirichlet_per_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: Positive,
+                        min_size: Annotated[int, Range(0, 10**9)] = 1,
+                        max_tries: Annotated[int, Range(1, 1 << 20)] = 1000) -> list[np.ndarray]:
     """Per-class Dirichlet(alpha) proportions over clients (Hsu et al. 2019); redrawn until every client holds
     ``min_size`` examples (at most ``max_tries`` draws)."""
     alpha = _positive_alpha(alpha)
@@ -69,8 +72,8 @@ def dirichlet_per_class(labels: np.ndarray, num_clients: int, rng: np.random.Gen
     )
 
 
-def dirichlet_per_client(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float,
-                         samples_per_client: int | None = None) -> list[np.ndarray]:
+def dirichlet_per_client(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: Positive,
+                         samples_per_client: Annotated[int, Range(1, 10**9)] | None = None) -> list[np.ndarray]:
     """Per-client Dirichlet(alpha) class mix, equal sizes (seed 004's ``dirichlet_data.py``); ``samples_per_client``
     defaults to ``len(labels) // num_clients``."""
     alpha = _positive_alpha(alpha)
@@ -97,7 +100,8 @@ def dirichlet_per_client(labels: np.ndarray, num_clients: int, rng: np.random.Ge
     return parts
 
 
-def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, shards_per_client: int = 2) -> list[np.ndarray]:
+def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+           shards_per_client: Annotated[int, Range(1, 1 << 20)] = 2) -> list[np.ndarray]:
     """Label-sorted shards, ``shards_per_client`` to each client (McMahan et al. 2017)."""
     k = int(shards_per_client)
     if k < 1:
@@ -109,7 +113,7 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, shard
 
 
 def natural(labels: np.ndarray, num_clients: int | None, rng: np.random.Generator, groups=None,
-            min_size: int = 1) -> list[np.ndarray]:
+            min_size: Annotated[int, Range(0, 10**9)] = 1) -> list[np.ndarray]:
     """One client per group (``groups``: the dataset's ``group`` tensor, passed by the data builder), groups in id
     order; groups with fewer than ``min_size`` examples are left out (their examples train nobody). The number of
     clients is the number of groups kept (``fl.num_clients=auto``)."""

@@ -15,11 +15,13 @@ text is split once, not by the run seed: its first ``1 - test_fraction`` charact
 from __future__ import annotations
 
 import collections
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .pydoc_topics import corpus
 from .tensors import TensorSet
@@ -49,8 +51,9 @@ def windows(ids: np.ndarray, length: int, starts: np.ndarray) -> tuple[np.ndarra
     return np.ascontiguousarray(view[:, :length]), view[:, length].astype(np.int64)
 
 
-def pydoc_chars(num_topics: int = 16, window: int = 80, test_fraction: float = 0.1, test_windows: int = 2000
-                ) -> tuple[TensorSet, TensorSet, DataInfo]:
+def pydoc_chars(num_topics: Annotated[int, Range(1, 1 << 10)] = 16, window: Annotated[int, Range(2, 1 << 20)] = 80,
+                test_fraction: Annotated[float, Range(0.02, 0.5)] = 0.1,
+                test_windows: Annotated[int, Range(1, 1 << 24)] = 2000) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info): ``{"input_ids": uint8 (N, window), "y", "group"}`` (see the module docstring)."""
     topics, text_hash = corpus()
     if not 1 <= int(num_topics) <= len(topics):

@@ -19,11 +19,13 @@ import hashlib
 import os
 import re
 import tempfile
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .tensors import TensorSet
 from .text import default_cache_dir
@@ -66,8 +68,10 @@ def encode(texts: list[str], vocab: dict[str, int], max_length: int) -> torch.Te
     return torch.from_numpy(out)
 
 
-def sentiment140(root: str = "data/sentiment140", fraction: float = 0.01, subsample_seed: int = 0,
-                 max_length: int = 64, min_count: int = 2, cache_dir: str | None = "auto"
+def sentiment140(root: str = "data/sentiment140", fraction: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.01,
+                 subsample_seed: Annotated[int, Range(0, 2**32 - 1)] = 0,
+                 max_length: Annotated[int, Range(1, 1 << 16)] = 64,
+                 min_count: Annotated[int, Range(1, 10**9)] = 2, cache_dir: str | None = "auto"
                  ) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info): ``{"input_ids", "y"}`` sets, the training set also with ``group`` (the tweet's user,
     for ``data/partition=natural``: client = user, ``fl.num_clients=auto``; see the module docstring); ``info.vocab_size`` includes the

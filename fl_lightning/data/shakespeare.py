@@ -19,11 +19,13 @@ from __future__ import annotations
 import glob
 import json
 import os
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .pydoc_chars import encode
 from .tensors import TensorSet
@@ -85,8 +87,11 @@ def crop(samples: dict, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return to_ids(samples["x"][start:start + count]), to_ids(samples["y"][start:start + count]).ravel().astype(np.int64)
 
 
-def shakespeare(root: str = "data/shakespeare", roles="auto", train_per_client: int = 2000, test_per_client: int = 400,
-                selection_seed: int = 0) -> tuple[TensorSet, TensorSet, DataInfo]:
+def shakespeare(root: str = "data/shakespeare",
+                roles: Annotated[int | str, Range(1, 1 << 20, words=("auto",))] = "auto",
+                train_per_client: Annotated[int, Range(1, 1 << 24)] = 2000,
+                test_per_client: Annotated[int, Range(1, 1 << 24)] = 400,
+                selection_seed: Annotated[int, Range(0, 2**32 - 1)] = 0) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info): ``{"input_ids": uint8 (N, 80), "y", "group"}`` (see the module docstring)."""
     root = os.path.expanduser(str(root))
     users, train = read_leaf(os.path.join(root, "train"))

@@ -19,15 +19,17 @@ decision 004/AMBIG-21). A missing file is a one-line error naming the file and w
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .augment import ImageTransform
 from .info import DataInfo
 from .tensors import TensorSet
-from .vision import check_augment, mean_std
+from .vision import Normalize, check_augment, mean_std
 
 FOLDER = "tiny-imagenet-200"
 MEAN_STD = ((0.4802, 0.4481, 0.3975), (0.2302, 0.2265, 0.2262))
@@ -68,7 +70,8 @@ def _side(image_size) -> int:
     return size
 
 
-def tiny_imagenet(root: str, augment: bool | None = None, normalize="dataset", image_size: int = 64):
+def tiny_imagenet(root: str, augment: bool | None = None, normalize: Normalize = "dataset",
+                  image_size: Annotated[int, Range(1, 1 << 12)] = 64):
     """(train, test, info) from the folder layout above; ``image_size`` is the side every image must have (64)."""
     check_augment(augment)
     mean, std = mean_std(normalize, MEAN_STD)

@@ -13,15 +13,18 @@ figures, e.g. seed 004's CIFAR std (0.2023, 0.1994, 0.2010)).
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import OneOf
 from .augment import ImageTransform
 from .info import DataInfo
 from .tensors import TensorSet
+
+Normalize = Annotated[str | dict, OneOf("dataset", "imagenet")]  # or {mean: [..], std: [..]}
 
 
 class _Spec(NamedTuple):
@@ -42,12 +45,12 @@ _MNIST = _Spec("MNIST", (0.1307,), (0.3081,), 10, "MNIST/raw", False)
 IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
-def cifar10(root: str, augment: bool | None = None, normalize="dataset", download: bool = False):
+def cifar10(root: str, augment: bool | None = None, normalize: Normalize = "dataset", download: bool = False):
     """CIFAR-10 (Krizhevsky 2009): 50,000 / 10,000 32x32 colour images, 10 classes; crop + flip by default."""
     return _load(_CIFAR10, root, augment, normalize, download)
 
 
-def cifar100(root: str, augment: bool | None = None, normalize="dataset", download: bool = False):
+def cifar100(root: str, augment: bool | None = None, normalize: Normalize = "dataset", download: bool = False):
     """CIFAR-100 (Krizhevsky 2009): 50,000 / 10,000 32x32 colour images, 100 fine classes; crop + flip by default."""
     return _load(_CIFAR100, root, augment, normalize, download)
 

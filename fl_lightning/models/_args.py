@@ -1,8 +1,19 @@
 """Argument checks shared by the network builders: a bad value is a ConfigError naming the argument."""
 from __future__ import annotations
 
+from typing import Annotated
+
 from ..data.info import DataInfo
 from ..errors import ConfigError
+from ..schema import Fraction, Range
+
+# the bounds network builders declare (checked before anything is built, see fl_lightning.config.check_targets): a
+# huge width or depth is one line naming the key, never an allocation
+Width = Annotated[int, Range(1, 1 << 16)]  # channels, hidden units, embedding sizes
+Widths = Annotated[list[int], Range(1, 1 << 16)]
+Depth = Annotated[int, Range(1, 1024)]  # layers, blocks, heads
+Depths = Annotated[list[int], Range(1, 1024)]
+Dropout = Fraction
 
 
 def positive_ints(value, arg: str, count: int | None = None, example: str = "") -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import positive_ints
+from ._args import Depth, Width, positive_ints
 
 
 class CharLSTM(nn.Module):
@@ -26,10 +26,12 @@ class CharLSTM(nn.Module):
         return self.fc(out[:, -1])
 
 
-def char_lstm(info: DataInfo, embed_dim: int = 8, hidden: int = 100, layers: int = 2) -> CharLSTM:
+def char_lstm(info: DataInfo, embed_dim: Width = 8, hidden: Width = 100, layers: Depth = 2) -> CharLSTM:
     """The LSTM over ``info``'s characters (the output has one class per vocabulary symbol)."""
     if not info.vocab_size or info.num_classes != info.vocab_size:
         raise ConfigError("", f"the character LSTM needs a next-character dataset (vocabulary {info.vocab_size}, "
                           f"classes {info.num_classes})", "use data=shakespeare or data=pydoc_chars")
-    embed_dim, hidden, layers = positive_ints([embed_dim, hidden, layers], "hidden", 3)
+    (embed_dim,) = positive_ints(embed_dim, "embed_dim", 1, "8")
+    (hidden,) = positive_ints(hidden, "hidden", 1, "100")
+    (layers,) = positive_ints(layers, "layers", 1, "2")
     return CharLSTM(info.vocab_size, embed_dim, hidden, layers)

@@ -7,7 +7,7 @@ strategy, not by ``configure_optimizers``.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Annotated, Callable
 
 import lightning as L
 import torch
@@ -18,6 +18,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
+from ..schema import OneOf
 
 
 def build_net(net: nn.Module | Callable[[DataInfo], nn.Module], info: DataInfo, key: str = "net") -> nn.Module:
@@ -44,7 +45,8 @@ class ClassifierModule(L.LightningModule):
 
     primary_metric: tuple[str, str] = ("test_acc", "max")
 
-    def __init__(self, net: nn.Module | Callable[[DataInfo], nn.Module], info: DataInfo, input_key: str = "x"):
+    def __init__(self, net: nn.Module | Callable[[DataInfo], nn.Module], info: DataInfo,
+                 input_key: Annotated[str, OneOf("x", "input_ids")] = "x"):
         super().__init__()
         if not info.num_classes:
             raise ConfigError("", "a classifier needs a dataset with class labels (its DataInfo.num_classes is None)",

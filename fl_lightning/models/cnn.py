@@ -6,12 +6,14 @@ functions are their builders (``model.net._target_``): ``fn(info, **args)``.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import image_shape, positive_ints
+from ..schema import Range
+from ._args import Width, Widths, image_shape, positive_ints
 
 
 class SmallCNN(nn.Module):
@@ -62,7 +64,8 @@ class MLP(nn.Module):
         return self.net(x)
 
 
-def small_cnn(info: DataInfo, channels=(32, 64), hidden: int = 128) -> SmallCNN:
+def small_cnn(info: DataInfo, channels: Annotated[tuple[int, int], Range(1, 1 << 16)] = (32, 64),
+              hidden: Width = 128) -> SmallCNN:
     """SmallCNN for ``info``'s images (side >= 4: two 2x2 max-pools)."""
     c, side = image_shape(info, "small_cnn", min_side=4)
     channels = positive_ints(channels, "channels", 2, "[32, 64]")
@@ -76,7 +79,7 @@ def lenet5(info: DataInfo) -> LeNet5:
     return LeNet5(c, info.num_classes, side)
 
 
-def mlp(info: DataInfo, hidden=(128,)) -> MLP:
+def mlp(info: DataInfo, hidden: Width | Widths = (128,)) -> MLP:
     """MLP on the flattened input, ReLU between ``hidden`` layers."""
     if info.input_shape is None:
         raise ConfigError("", "mlp needs the dataset's input_shape", "use a dataset whose builder reports input_shape")

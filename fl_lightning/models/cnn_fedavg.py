@@ -8,11 +8,14 @@ on CIFAR; ``padding: 2`` ("same" convolutions) gives the paper's 1,663,370 on MN
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import image_shape, positive_ints
+from ..schema import Range
+from ._args import Width, image_shape, positive_ints
 
 
 class FedAvgCNN(nn.Module):
@@ -35,7 +38,7 @@ def _out(side: int, padding: int) -> int:
     return (side + 2 * padding - 4) // 2
 
 
-def cnn_fedavg(info: DataInfo, padding: int = 0, hidden: int = 512) -> FedAvgCNN:
+def cnn_fedavg(info: DataInfo, padding: Annotated[int, Range(0, 2)] = 0, hidden: Width = 512) -> FedAvgCNN:
     """McMahan et al.'s CNN for ``info``'s images; ``padding`` 0 (CIFAR count) or 2 ("same", MNIST count)."""
     c, _ = image_shape(info, "cnn_fedavg", square=False)
     if padding not in (0, 1, 2) or isinstance(padding, bool):

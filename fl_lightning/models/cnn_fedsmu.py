@@ -10,10 +10,13 @@ The paper's counts are of **weights without biases** (App. E.4): ``filters: 64``
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 from torch import nn
 
 from ..data.info import DataInfo
-from ._args import image_shape, positive_ints
+from ..schema import Range
+from ._args import Width, image_shape, positive_ints
 
 
 class FedSMUCNN(nn.Module):
@@ -33,7 +36,8 @@ class FedSMUCNN(nn.Module):
         return self.classifier(self.features(x))
 
 
-def cnn_fedsmu(info: DataInfo, filters: int = 64, hidden=(384, 192)) -> FedSMUCNN:
+def cnn_fedsmu(info: DataInfo, filters: Width = 64,
+               hidden: Annotated[tuple[int, int], Range(1, 1 << 16)] = (384, 192)) -> FedSMUCNN:
     """Seed 002's CNN for ``info``'s images; ``filters`` 64 (the paper's main model) or 128 (Table 9's d2)."""
     c, _ = image_shape(info, "cnn_fedsmu", min_side=16, square=False)
     (filters,) = positive_ints(filters, "filters", 1, "64 (or 128, Table 9)")

@@ -12,21 +12,28 @@ dataset's (the tokenizer's size).
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import positive_ints
+from ..schema import OneOf, Positive, Range
+from ._args import Depth, Width, positive_ints
 
 
-def llama(info: DataInfo, hidden_size: int = 512, intermediate_size: int = 1376, heads: int = 8, layers: int = 8,
-          max_length: int = 256, vocab_size: int | None = None, rms_norm_eps: float = 1e-6,
-          attn_implementation: str = "sdpa"):
+def llama(info: DataInfo, hidden_size: Width = 512, intermediate_size: Width = 1376, heads: Depth = 8,
+          layers: Depth = 8, max_length: Annotated[int, Range(1, 1 << 20)] = 256,
+          vocab_size: Annotated[int, Range(1, 1 << 21)] | None = None, rms_norm_eps: Positive = 1e-6,
+          attn_implementation: Annotated[str, OneOf("sdpa", "eager", "flash_attention_2")] = "sdpa"):
     """``LlamaForCausalLM`` for ``info``'s tokens; ``vocab_size`` null = ``info.vocab_size``. An explicit vocabulary
     smaller than the tokenizer's is accepted when the dataset reports that its ids stay below it (provenance
     ``max_token_id``: the T5 tokenizer counts 32,100 with its 100 sentinel ids, which text never produces)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    hidden_size, intermediate_size, heads, layers, max_length = positive_ints(
-        [hidden_size, intermediate_size, heads, layers, max_length], "hidden_size", 5)
+    hidden_size, intermediate_size, heads, layers, max_length = (
+        positive_ints(v, k, 1, d)[0] for k, v, d in (("hidden_size", hidden_size, "512"),
+                                                     ("intermediate_size", intermediate_size, "1376"),
+                                                     ("heads", heads, "8"), ("layers", layers, "8"),
+                                                     ("max_length", max_length, "256")))
     if hidden_size % heads:
         raise ConfigError("heads", f"{heads} heads do not divide hidden_size {hidden_size}", "use 8 heads with 512")
     vocab = _vocab(info, vocab_size)

@@ -19,12 +19,15 @@ CIFAR stem and 100 classes; 11,181,642 with the ImageNet stem and 10 classes (to
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch.nn.functional as F
 from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import image_shape, positive_ints
+from ..schema import OneOf, Range
+from ._args import Depth, image_shape, positive_ints
 
 NORMS = ("gn", "bn", "gn_stem_bn_blocks")
 STEMS = ("cifar", "imagenet")
@@ -77,7 +80,8 @@ class ResNet18(nn.Module):
 
 
 
-def resnet18(info: DataInfo, norm: str = "gn", stem: str = "cifar", groups: int = 2, width: int = 64) -> ResNet18:
+def resnet18(info: DataInfo, norm: Annotated[str, OneOf(*NORMS)] = "gn", stem: Annotated[str, OneOf(*STEMS)] = "cifar",
+             groups: Depth = 2, width: Annotated[int, Range(1, 1 << 12)] = 64) -> ResNet18:
     """ResNet-18 for ``info``'s images; ``groups`` is the GroupNorm group count (unused with ``norm: bn``), ``width``
     the first stage's channels (64 in the papers; 8 makes a fast test model)."""
     c, _ = image_shape(info, "resnet18", square=False)
@@ -97,6 +101,6 @@ def resnet18(info: DataInfo, norm: str = "gn", stem: str = "cifar", groups: int 
     return ResNet18(c, info.num_classes, groups, width, norm, stem)
 
 
-def resnet18_gn(info: DataInfo, groups: int = 2, width: int = 64) -> ResNet18:
+def resnet18_gn(info: DataInfo, groups: Depth = 2, width: Annotated[int, Range(1, 1 << 12)] = 64) -> ResNet18:
     """``resnet18`` with ``norm: gn, stem: cifar`` (the builder of ``model=resnet18_gn`` before the options)."""
     return resnet18(info, "gn", "cifar", groups, width)

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import positive_ints
+from ._args import Width, positive_ints
 
 
 class ElmanClassifier(nn.Module):
@@ -65,7 +65,7 @@ def load_glove(embedding: nn.Embedding, vocab_file: str, glove_path: str) -> int
     return found
 
 
-def elman_rnn(info: DataInfo, embed_dim: int = 300, hidden: int = 4096, glove_path: str | None = None,
+def elman_rnn(info: DataInfo, embed_dim: Width = 300, hidden: Width = 4096, glove_path: str | None = None,
               freeze_embeddings: bool = False) -> ElmanClassifier:
     """The RNN for ``info``'s token ids (see the module docstring)."""
     if not info.vocab_size or not info.num_classes:

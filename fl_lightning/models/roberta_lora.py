@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
+from typing import Annotated
 
 import torch
 from torch import nn
@@ -28,7 +29,8 @@ from torch import nn
 from ..data.info import DataInfo
 from ..data.text import hf_offline
 from ..errors import ConfigError
-from ._args import fraction, lora_args
+from ..schema import Positive, Range
+from ._args import Dropout, fraction, lora_args
 
 LORA_TARGETS = ("query", "key", "value", "dense")
 WEIGHTS_HINT = ("put a save_pretrained directory of roberta-base there (config.json, model.safetensors and the "
@@ -96,8 +98,9 @@ def load_backbone(path: str, num_labels: int, offline: bool = True) -> nn.Module
 
 
 def roberta_lora(info: DataInfo, pretrained_path: str | None = None, hub_offline: bool = True, lora: bool = True,
-                 lora_r: int = 16, lora_alpha: float = 32, lora_dropout: float = 0.05, lora_targets=LORA_TARGETS,
-                 dropout: float | None = None) -> nn.Module:
+                 lora_r: Annotated[int, Range(1, 1 << 12)] = 16, lora_alpha: Positive = 32,
+                 lora_dropout: Dropout = 0.05,
+                 lora_targets: list[str] = LORA_TARGETS, dropout: Dropout | None = None) -> nn.Module:
     """The pretrained classifier for ``info`` with LoRA (see the module docstring). ``lora: false`` fine-tunes all
     weights instead. ``dropout``: override the backbone's hidden/attention dropout (None keeps its config's)."""
     if not info.num_classes:

@@ -13,7 +13,7 @@ in the checkpoint themselves).
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Annotated, Callable, Mapping
 
 import lightning as L
 import torch
@@ -24,6 +24,7 @@ from torchmetrics.classification import BinaryF1Score, MulticlassAccuracy, Multi
 
 from ..data.info import DataInfo
 from ..errors import ConfigError, ResumeError
+from ..schema import OneOf
 from .classifier import build_net
 
 METRICS = ("acc", "f1", "mcc")
@@ -50,7 +51,8 @@ class BaseModelFingerprint:
 class SequenceClassifierModule(L.LightningModule):
     """Text classifier around a Hugging Face ``*ForSequenceClassification`` network (see the module docstring)."""
 
-    def __init__(self, net: nn.Module | Callable[[DataInfo], nn.Module], info: DataInfo, metrics=None):
+    def __init__(self, net: nn.Module | Callable[[DataInfo], nn.Module], info: DataInfo,
+                 metrics: Annotated[str | list[str], OneOf(*METRICS)] | None = None):
         super().__init__()
         if not info.num_classes:
             raise ConfigError("", "a sequence classifier needs a dataset with class labels (DataInfo.num_classes)",

@@ -22,6 +22,7 @@ size first (``data.normalize: imagenet`` for pretrained weights) is the same as 
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +30,8 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import choice, fraction, image_shape, lora_args, positive_ints
+from ..schema import OneOf, Positive, Range
+from ._args import Depths, Dropout, Width, choice, fraction, image_shape, lora_args, positive_ints
 
 RESIZES = ("bilinear", "resize_crop")
 WEIGHTS_HINT = ("swin_tiny_patch4_window7_224.pth from github.com/microsoft/Swin-Transformer (release v1.0.0) or "
@@ -116,10 +118,15 @@ def add_lora(swin: nn.Module, r: int, alpha: float, dropout: float, targets) -> 
         p.requires_grad_("lora_" in name or name.startswith("head."))
 
 
-def swin(info: DataInfo, embed_dim: int = 96, depths=(2, 2, 6, 2), num_heads=(3, 6, 12, 24), window_size: int = 7,
-         patch_size="auto", img_size=224, resize: str = "bilinear", mlp_ratio: float = 4.0, drop_path: float = 0.1,
-         pretrained_path: str | None = None, lora: bool = False, lora_r: int = 16, lora_alpha: float = 32,
-         lora_dropout: float = 0.05, lora_targets=("attn.qkv", "attn.proj")) -> ResizedSwin:
+def swin(info: DataInfo, embed_dim: Width = 96, depths: Annotated[list[int], Range(1, 64)] = (2, 2, 6, 2),
+         num_heads: Depths = (3, 6, 12, 24), window_size: Annotated[int, Range(1, 1 << 10)] = 7,
+         patch_size: Annotated[int | str, Range(1, 1 << 10, words=("auto",))] = "auto",
+         img_size: Annotated[int | str, Range(1, 1 << 13, words=("auto",))] = 224,
+         resize: Annotated[str, OneOf(*RESIZES)] = "bilinear",
+         mlp_ratio: Annotated[float, Range(0.0, 64.0, open_low=True)] = 4.0,
+         drop_path: Dropout = 0.1, pretrained_path: str | None = None, lora: bool = False,
+         lora_r: Annotated[int, Range(1, 1 << 12)] = 16, lora_alpha: Positive = 32, lora_dropout: Dropout = 0.05,
+         lora_targets: list[str] = ("attn.qkv", "attn.proj")) -> ResizedSwin:
     """Swin for ``info``'s images; defaults = Swin-T at 224 (see the module docstring). ``patch_size: auto`` is 4 at
     sides >= 32 (after resizing), else 2; ``img_size: auto`` keeps the data's side."""
     from timm.models.swin_transformer import SwinTransformer

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import Annotated
 
 import torch
 from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ._args import choice, fraction, image_shape, positive_ints
+from ..schema import OneOf, Range
+from ._args import Depth, Dropout, Width, choice, fraction, image_shape, positive_ints
 
 POS_EMBEDS = ("learn", "sincos")
 INITS = ("trunc_normal", "xavier")
@@ -62,8 +64,12 @@ def sincos_table(tokens: int, dim: int) -> torch.Tensor:
     return table.float()[None]
 
 
-def vit_tiny(info: DataInfo, patch_size="auto", depth: int = 6, embed_dim: int = 192, num_heads: int = 3,
-             mlp_ratio: float = 4.0, pos_embed: str = "learn", init: str = "trunc_normal", dropout: float = 0.0) -> nn.Module:
+def vit_tiny(info: DataInfo, patch_size: Annotated[int | str, Range(1, 1 << 10, words=("auto",))] = "auto",
+             depth: Depth = 6, embed_dim: Width = 192, num_heads: Depth = 3,
+             mlp_ratio: Annotated[float, Range(0.0, 64.0, open_low=True)] = 4.0,
+             pos_embed: Annotated[str, OneOf(*POS_EMBEDS)] = "learn",
+             init: Annotated[str, OneOf(*INITS)] = "trunc_normal",
+             dropout: Dropout = 0.0) -> nn.Module:
     """timm VisionTransformer for ``info``'s images; defaults = seed 004's ViT-Tiny (see the module docstring)."""
     from timm.models.vision_transformer import VisionTransformer
 

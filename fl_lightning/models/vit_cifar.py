@@ -10,12 +10,15 @@ paper gives no count). Linear layers keep PyTorch's default init (the repository
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.info import DataInfo
-from ._args import fraction, image_shape, positive_ints
+from ..schema import Range
+from ._args import Depth, Dropout, Width, fraction, image_shape, positive_ints
 from .vit import resolve_patch
 
 
@@ -71,8 +74,9 @@ class ViTCifar(nn.Module):
         return self.head(x[:, 0])
 
 
-def vit_cifar(info: DataInfo, patch_size="auto", dim: int = 512, depth: int = 6, heads: int = 8, dim_head: int = 64,
-              mlp_dim: int = 512, dropout: float = 0.1, emb_dropout: float = 0.1) -> ViTCifar:
+def vit_cifar(info: DataInfo, patch_size: Annotated[int | str, Range(1, 1 << 10, words=("auto",))] = "auto",
+              dim: Width = 512, depth: Depth = 6, heads: Depth = 8, dim_head: Width = 64, mlp_dim: Width = 512,
+              dropout: Dropout = 0.1, emb_dropout: Dropout = 0.1) -> ViTCifar:
     """Seed 003's ViT for ``info``'s images; ``patch_size: auto`` = 4 at >= 32 px (the paper's), 2 below."""
     c, _ = image_shape(info, "vit_cifar", min_side=2, square=False)
     h, w = info.input_shape[1:]

@@ -23,6 +23,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
+from ..schema import Betas, NonNegative, Positive
 from .adapters import StateAdapter
 
 __all__ = ["Lion", "LionAdapter", "lion_update"]
@@ -39,8 +40,8 @@ class Lion(torch.optim.Optimizer):
     """Lion for a model (see module docstring); state ``exp_avg`` (m) per parameter, zeros at the first step.
     Steps a whole parameter group with ``torch._foreach_*`` (no host syncs)."""
 
-    def __init__(self, params: Iterable, lr: float = 1e-4, betas: tuple[float, float] = (0.9, 0.99),
-                 weight_decay: float = 0.0):
+    def __init__(self, params: Iterable, lr: Positive = 1e-4, betas: Betas = (0.9, 0.99),
+                 weight_decay: NonNegative = 0.0):
         if not lr > 0:
             raise ValueError(f"Lion lr must be > 0, got {lr}")
         if not all(0 <= float(b) < 1 for b in betas):

@@ -51,15 +51,17 @@ p.grad is never modified. Corrections are not part of ``state_dict()`` (they bel
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
+from ..schema import Betas, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
 from .muon_math import (STYLE_ALIASES, adamw_update, decoupled_step, momentum_coeffs, momentum_update, muon_update,
                           orthogonalize_batched, update_scale)
-from .newton_schulz import matrix_shape
+from .newton_schulz import NS_COEFFS, matrix_shape
 
 __all__ = ["Muon", "MuonAdapter", "split_muon_params", "muon_param_names", "momentum_coeffs", "momentum_update",
            "muon_update", "update_scale"]
@@ -79,25 +81,25 @@ class Muon(torch.optim.Optimizer):
     def __init__(
         self,
         params: Iterable,
-        lr: float = 1e-3,
-        momentum: float = 0.95,
+        lr: NonNegative = 1e-3,
+        momentum: Annotated[float, Range(0.0, 1.0)] = 0.95,
         momentum_style: str = "ema_beta",
         nesterov: bool = True,
-        ns_steps: int = 5,
-        ns_coeffs: str | tuple[float, float, float] = "muon",
+        ns_steps: Annotated[int, Range(0, 1000)] = 5,
+        ns_coeffs: Annotated[tuple[float, float, float], Range(words=tuple(NS_COEFFS))] = "muon",
         ns_method: str = "ns",
-        ns_dtype: torch.dtype | str | None = None,
-        ns_eps: float = 1e-7,
+        ns_dtype: Annotated[torch.dtype | str | None, OneOf("float32", "bfloat16", "float16", "float64")] = None,
+        ns_eps: NonNegative = 1e-7,
         scale_mode: str = "spectral",
-        weight_decay: float = 0.0,
+        weight_decay: NonNegative = 0.0,
         lmo: str = "spectral",
         aux: str = "sgd",
-        aux_lr: float | None = None,
-        aux_momentum: float | None = None,
+        aux_lr: NonNegative | None = None,
+        aux_momentum: Annotated[float, Range(0.0, 1.0)] | None = None,
         aux_nesterov: bool | None = None,
-        aux_weight_decay: float | None = None,
-        aux_betas: tuple[float, float] = (0.9, 0.999),
-        aux_eps: float = 1e-8,
+        aux_weight_decay: NonNegative | None = None,
+        aux_betas: Betas = (0.9, 0.999),
+        aux_eps: NonNegative = 1e-8,
     ):
         defaults = dict(lr=lr, momentum=momentum, momentum_style=momentum_style, nesterov=nesterov,
                         weight_decay=weight_decay, ns_steps=ns_steps, ns_coeffs=ns_coeffs, ns_method=ns_method,

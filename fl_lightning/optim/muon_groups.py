@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Annotated
 
 from torch import Tensor, nn
 
+from ..schema import OneOf
 from .muon_math import AUX, EXCLUDABLE, LMOS, MOMENTUM_STYLES, SCALE_MODES, STYLE_ALIASES
 from .newton_schulz import resolve_coeffs
 
@@ -85,7 +87,8 @@ def muon_param_names(model: nn.Module, exclude: Iterable[str] = ()) -> tuple[lis
     return muon, aux
 
 
-def split_muon_params(model: nn.Module, exclude: Iterable[str] = (), **aux_group_options) -> list[dict]:
+def split_muon_params(model: nn.Module, exclude: Annotated[list[str], OneOf(*EXCLUDABLE)] = (),
+                      **aux_group_options) -> list[dict]:
     """Param groups for :class:`Muon`: ``[{"params": [...], "use_muon": True}, {"params": [...], "use_muon": False,
     **aux_group_options}]`` (empty groups dropped) using :func:`muon_param_names`'s rule."""
     params = dict(model.named_parameters())

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
+from ..schema import Betas, Fraction, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 
 __all__ = ["SOAP", "SOAPAdapter", "eigenbasis", "factored_dims", "power_qr", "project"]
@@ -86,10 +88,11 @@ def power_qr(GG: Tensor, Q: Tensor) -> tuple[Tensor, Tensor]:
 class SOAP(torch.optim.Optimizer):
     """SOAP (see the module docstring)."""
 
-    def __init__(self, params: Iterable, lr: float = 3e-3, betas: tuple[float, float] = (0.95, 0.95),
-                 shampoo_beta: float | None = 0.95, eps: float = 1e-8, weight_decay: float = 0.01,
-                 precondition_frequency: int = 10, max_precond_dim: int = 10000, precondition_1d: bool = False,
-                 correct_bias: bool = True, first_step: str = "init_only"):
+    def __init__(self, params: Iterable, lr: NonNegative = 3e-3, betas: Betas = (0.95, 0.95),
+                 shampoo_beta: Fraction | None = 0.95, eps: NonNegative = 1e-8, weight_decay: NonNegative = 0.01,
+                 precondition_frequency: Annotated[int, Range(1, 10**9)] = 10,
+                 max_precond_dim: Annotated[int, Range(1)] = 10000, precondition_1d: bool = False,
+                 correct_bias: bool = True, first_step: Annotated[str, OneOf(*FIRST_STEPS)] = "init_only"):
         betas = tuple(betas)
         if lr < 0 or eps < 0 or weight_decay < 0:
             raise ValueError("lr, eps and weight_decay must be >= 0")

@@ -21,10 +21,12 @@ parameter: ``step`` (int), ``exp_avg`` (m), ``hessian`` (h); Θ = {h} (FedPAC pa
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
+from ..schema import Betas, NonNegative, OneOf, Positive
 from .adapters import StateAdapter
 
 __all__ = ["Sophia", "SophiaAdapter"]
@@ -35,9 +37,9 @@ DENOMINATORS = ("max", "add")
 class Sophia(torch.optim.Optimizer):
     """Sophia (see the module docstring). Feed curvature with ``update_hessian({param: ĥ})``."""
 
-    def __init__(self, params: Iterable, lr: float = 3e-4, betas: tuple[float, float] = (0.9, 0.99),
-                 rho: float = 1.0, gamma: float = 1.0, eps: float = 1e-12, weight_decay: float = 0.01,
-                 denominator: str = "max"):
+    def __init__(self, params: Iterable, lr: NonNegative = 3e-4, betas: Betas = (0.9, 0.99),
+                 rho: Positive = 1.0, gamma: Positive = 1.0, eps: NonNegative = 1e-12, weight_decay: NonNegative = 0.01,
+                 denominator: Annotated[str, OneOf(*DENOMINATORS)] = "max"):
         betas = tuple(betas)
         if lr < 0 or weight_decay < 0 or eps < 0:
             raise ValueError("lr, eps and weight_decay must be >= 0")

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..schema import Fraction, NonNegative, Positive
 from .base import ServerOptimizer, check_beta, check_nonneg, state_dtype
 
 
@@ -42,7 +43,7 @@ def adaptive_step(m: Tensor, v: Tensor, t: int, beta1: float, beta2: float, tau:
 
 
 def adam_update(g: Tensor, m: Tensor, v: Tensor, t: int, beta1: float, beta2: float, tau: float,
-                bias_correction: bool = False) -> Tensor:
+                bias_correction: bool | str = False) -> Tensor:
     """One FedAdam step (Reddi et al. Alg. 2): updates ``m``, ``v`` in place and returns the direction (step t >= 1)."""
     m.mul_(beta1).add_(g, alpha=1 - beta1)
     v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
@@ -66,7 +67,8 @@ class AdaptiveServerOptimizer(ServerOptimizer):
 
     state_names = ("m", "v")
 
-    def __init__(self, params, lr: float, beta1: float, beta2: float, tau: float, bias_correction: bool, v0):
+    def __init__(self, params, lr: Positive, beta1: Fraction, beta2: Fraction, tau: NonNegative,
+                 bias_correction: bool | str, v0):
         super().__init__(params, lr)
         self.beta1 = check_beta("beta1", beta1, "use beta1 in [0, 1), e.g. 0.9")
         self.beta2 = check_beta("beta2", beta2, "use beta2 in [0, 1), e.g. 0.99")
@@ -90,8 +92,9 @@ class AdaptiveServerOptimizer(ServerOptimizer):
 
 
 class Adam(AdaptiveServerOptimizer):
-    def __init__(self, params, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
-                 bias_correction: bool = False, v0="tau2"):
+    def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
+                 tau: NonNegative = 1e-3,
+                 bias_correction: bool | str = False, v0="tau2"):
         super().__init__(params, lr, beta1, beta2, tau, bias_correction, v0)
         self._init_state()
 

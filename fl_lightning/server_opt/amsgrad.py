@@ -17,10 +17,12 @@ al. Alg. 2).
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
+from ..schema import Fraction, NonNegative, OneOf, Positive
 from .adam import AdaptiveServerOptimizer
 from .base import check_choice
 
@@ -28,7 +30,7 @@ TAU_MODES = ("max", "add")
 
 
 def amsgrad_update(g: Tensor, m: Tensor, v: Tensor, v_hat: Tensor, t: int, beta1: float, beta2: float, tau: float,
-                   bias_correction: bool = False, tau_mode: str = "max") -> Tensor:
+                   bias_correction: bool | str = False, tau_mode: str = "max") -> Tensor:
     """One FedAMS step (Wang et al. Alg. 1): updates ``m``, ``v``, ``v_hat`` in place; returns the direction."""
     m.mul_(beta1).add_(g, alpha=1 - beta1)
     v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
@@ -46,8 +48,9 @@ def amsgrad_update(g: Tensor, m: Tensor, v: Tensor, v_hat: Tensor, t: int, beta1
 class AMSGrad(AdaptiveServerOptimizer):
     state_names = ("m", "v", "v_hat")
 
-    def __init__(self, params, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-6,
-                 bias_correction: bool = False, v0="zero", tau_mode: str = "max"):
+    def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
+                 tau: NonNegative = 1e-6, bias_correction: bool | str = False, v0="zero",
+                 tau_mode: Annotated[str, OneOf(*TAU_MODES)] = "max"):
         check_choice("tau_mode", tau_mode, TAU_MODES)
         self.tau_mode = tau_mode
         super().__init__(params, lr, beta1, beta2, tau, bias_correction, v0)

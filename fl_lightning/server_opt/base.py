@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from ..schema import Positive
 
 
 def check_positive(name: str, value, fix: str) -> float:
@@ -55,7 +56,7 @@ class ServerOptimizer:
 
     state_names: tuple[str, ...] = ()
 
-    def __init__(self, params: Mapping[str, Tensor] | Sequence[Tensor], lr: float):
+    def __init__(self, params: Mapping[str, Tensor] | Sequence[Tensor], lr: Positive):
         self.lr = check_positive("lr", lr, "use a positive server learning rate, e.g. lr=1.0")
         if isinstance(params, Mapping):
             self.params = dict(params)

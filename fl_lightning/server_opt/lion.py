@@ -11,15 +11,15 @@ the paper's beta1 = 0.9, beta2 = 0.99; lr should be ~3-10x smaller than an Adam 
 from __future__ import annotations
 
 from ..optim.lion import lion_update  # the pure update, shared with the local optimizer
+from ..schema import Fraction, NonNegative, Positive
 from .base import ServerOptimizer, check_beta, check_nonneg
-
-
 
 
 class Lion(ServerOptimizer):
     state_names = ("m",)
 
-    def __init__(self, params, lr: float = 1e-3, beta1: float = 0.9, beta2: float = 0.99, weight_decay: float = 0.0):
+    def __init__(self, params, lr: Positive = 1e-3, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
+                 weight_decay: NonNegative = 0.0):
         super().__init__(params, lr)
         self.beta1 = check_beta("beta1", beta1, "use beta1 in [0, 1), e.g. 0.9")
         self.beta2 = check_beta("beta2", beta2, "use beta2 in [0, 1), e.g. 0.99")

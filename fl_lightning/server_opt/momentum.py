@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ..schema import Fraction, Positive
 from .base import ServerOptimizer, check_beta
 
 
@@ -23,7 +24,7 @@ def momentum_update(g: Tensor, buf: Tensor, beta: float, nesterov: bool = False)
 class Momentum(ServerOptimizer):
     state_names = ("momentum",)
 
-    def __init__(self, params, lr: float = 1.0, momentum: float = 0.9, nesterov: bool = False):
+    def __init__(self, params, lr: Positive = 1.0, momentum: Fraction = 0.9, nesterov: bool = False):
         super().__init__(params, lr)
         self.momentum = check_beta("momentum", momentum, "use a momentum in [0, 1), e.g. momentum=0.9")
         self.nesterov = bool(nesterov)

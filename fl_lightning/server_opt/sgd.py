@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from ..schema import NonNegative, Positive
 from .base import ServerOptimizer, check_nonneg
 
 
@@ -19,7 +20,7 @@ def sgd_update(g: Tensor) -> Tensor:
 
 
 class SGD(ServerOptimizer):
-    def __init__(self, params, lr: float = 1.0, weight_decay: float = 0.0):
+    def __init__(self, params, lr: Positive = 1.0, weight_decay: NonNegative = 0.0):
         super().__init__(params, lr)
         self.weight_decay = check_nonneg("weight_decay", weight_decay, "use weight_decay >= 0, e.g. 0")
         self._init_state()

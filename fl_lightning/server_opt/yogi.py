@@ -14,11 +14,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..schema import Fraction, NonNegative, Positive
 from .adam import AdaptiveServerOptimizer, adaptive_step
 
 
 def yogi_update(g: Tensor, m: Tensor, v: Tensor, t: int, beta1: float, beta2: float, tau: float,
-                bias_correction: bool = False) -> Tensor:
+                bias_correction: bool | str = False) -> Tensor:
     """One FedYogi step (Reddi et al. Alg. 2): updates ``m``, ``v`` in place and returns the direction (t >= 1)."""
     m.mul_(beta1).add_(g, alpha=1 - beta1)
     g2 = g * g
@@ -27,8 +28,9 @@ def yogi_update(g: Tensor, m: Tensor, v: Tensor, t: int, beta1: float, beta2: fl
 
 
 class Yogi(AdaptiveServerOptimizer):
-    def __init__(self, params, lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
-                 bias_correction: bool = False, v0="tau2"):
+    def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
+                 tau: NonNegative = 1e-3,
+                 bias_correction: bool | str = False, v0="tau2"):
         super().__init__(params, lr, beta1, beta2, tau, bias_correction, v0)
         self._init_state()
 

@@ -14,18 +14,36 @@ from __future__ import annotations
 from .base import Aggregate, ClientContext, Msg, Part, ServerContext, Strategy
 
 
+def _root_of(node):
+    while node is not None and node._get_parent() is not None:
+        node = node._get_parent()
+    return node
+
+
 def build_strategy(cfg, key: str = "method") -> Strategy:
     from omegaconf import OmegaConf
 
     from ..config import instantiate
+    from ..errors import ConfigError
 
     parts = {}
     for name, pcfg in cfg.parts.items():
         if pcfg is None:  # a part switched off by an override (method.parts.x=null)
             continue
+        if not OmegaConf.is_dict(pcfg):
+            raise ConfigError(f"{key}.parts.{name}", f"expected a part (a node with a _target_), got {pcfg!r}",
+                              f"set {key}.parts.{name}=null to switch it off, or leave the method's own")
         part = instantiate(pcfg, f"{key}.parts.{name}")
         part.config_key = f"{key}.parts.{name}"
         parts[name] = part
+    for name, part in parts.items():  # a part that reads another part's state names it (FedSMU-M's momentum_of)
+        other = getattr(part, "momentum_of", None)
+        if other is not None and other not in parts:
+            from ..config import qualify
+
+            raise qualify(ConfigError("momentum_of", f"names no part of this method ({other!r})",
+                                      f"use one of {', '.join(parts)} (e.g. aggregation)"),
+                          f"{key}.parts.{name}", _root_of(cfg))
     extra = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in ("name", "parts", "grad_clip")}
     return Strategy(cfg.name, parts, grad_clip=cfg.get("grad_clip"), **extra)
 

@@ -1,6 +1,8 @@
 """Bad input gives one line naming the key and the fix, a non-zero exit, and no traceback."""
 from __future__ import annotations
 
+import re
+
 
 import pytest
 
@@ -105,3 +107,28 @@ def test_interpolated_part_value_names_the_users_key(tmp_path):
 def test_unknown_and_mistyped_keys_are_one_line_before_training(arg, key, fix, tmp_path):
     """The schema's checks through train.py: one line naming the key and the closest valid one, exit 2."""
     one_line_error(run_cli([arg, f"hydra.run.dir={tmp_path}"]), key, fix)
+
+
+@pytest.mark.parametrize("overrides,key,fix", [
+    # issue 32: a bad layer count was blamed on `hidden` (the LSTM) and `hidden_size` (LLaMA)
+    (["model=char_lstm", "data=pydoc_chars", "model.net.layers=0"], "model.net.layers", "model.net.layers=2"),
+    (["model=llama_tiny", "data=pydoc_chars", "model.net.layers=0"], "model.net.layers", "model.net.layers=8"),
+    (["model=llama_60m", "data=pydoc_chars", "model.net.layers=-1"], "model.net.layers", "model.net.layers=8"),
+    (["model=llama_tiny", "data=pydoc_chars", "model.net.layers=1000000000000"], "model.net.layers",
+     "model.net.layers=8"),  # the builder's default (llama_tiny.yaml ships 2)
+    # a non-numeric server tau named no key; a scalar betas named no key
+    (["method=fedadam", "method.server_tau=abc"], "method.server_tau", "method.server_tau=0.001"),
+    (["optimizer=adam", "optimizer.betas=0.9"], "optimizer.betas", "optimizer.betas=[0.9,0.999]"),
+])
+def test_deep_keys_name_the_key_typed_and_a_fix_that_works(overrides, key, fix, tmp_path):
+    """Through the CLI (in-process): one line naming the key the user typed, exit 2; the value the fix names then
+    passes validation (nothing is built)."""
+    from fl_lightning.build import validate
+    from tests.helpers.cli import cli_in_process, make_cfg
+
+    code, err = cli_in_process(FAST + overrides, tmp_path / "run")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert re.match(rf"error: config error: {re.escape(key)}( \(via [\w.]+\))?: ", lines[0]), lines[0]
+    assert "fix: " in lines[0] and fix in lines[0].split("fix: ", 1)[1], lines[0]
+    validate(make_cfg(FAST + overrides[:-1] + [fix], tmp_path / "fixed"))

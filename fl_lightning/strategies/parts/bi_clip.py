@@ -15,17 +15,22 @@ that role. The "Adam" outer optimizer is the server's (``ModelAverage(server_opt
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 
 from ...errors import ConfigError
+from ...schema import NonNegative, Range
 from ..base import ClientContext, Part
 
 
 class BiClip(Part):
-    def __init__(self, lower: float = 1e-4, upper: float = 1.0, lower_exponent: float = 0.0,
-                 upper_exponent: float = 0.0):
+    def __init__(self, lower: NonNegative = 1e-4, upper: NonNegative = 1.0,
+                 lower_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0,
+                 upper_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0):
         if not 0.0 <= float(lower) <= float(upper):
-            raise ConfigError("lower", f"need 0 <= lower <= upper, got lower={lower}, upper={upper}",
+            raise ConfigError("upper" if float(upper) < 1e-4 <= float(lower) else "lower",
+                              f"need 0 <= lower <= upper, got lower={lower}, upper={upper}",
                               "set lower below upper (e.g. lower=1e-4 upper=1)")
         self.d, self.u = float(lower), float(upper)
         self.gamma, self.zeta = float(lower_exponent), float(upper_exponent)

@@ -43,13 +43,14 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
+from ...schema import Fraction, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 
 
 class GlobalAlignment(Part):
     INITS = ("zero", "grad")
 
-    def __init__(self, alpha: float = 0.5, lr: float = 1.0, scale_optimizer_lr: bool = True, init: str = "zero",
+    def __init__(self, alpha: Fraction = 0.5, lr: Positive = 1.0, scale_optimizer_lr: bool = True, init: str = "zero",
                  scale_weight_decay: bool = True):
         if init not in self.INITS:
             raise ConfigError("init", f"unknown value {init!r}", "use zero (Δ_G^0 = 0) or grad (mean gradient at x^0)")

@@ -16,11 +16,13 @@ import torch
 
 from ...errors import ConfigError
 from ...optim.lion import lion_update
+from ...schema import Fraction, NonNegative, Positive
 from ..base import ClientContext, Part
 
 
 class LocalLionStep(Part):
-    def __init__(self, lr: float = 0.001, beta1: float = 0.9, beta2: float = 0.99, weight_decay: float = 0.01):
+    def __init__(self, lr: Positive = 0.001, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
+                 weight_decay: NonNegative = 0.01):
         for name, b in (("beta1", beta1), ("beta2", beta2)):
             if not 0 <= float(b) < 1:
                 raise ConfigError(name, f"must be in [0, 1), got {b}", "use e.g. 0.9 (FedSMU App. A)")

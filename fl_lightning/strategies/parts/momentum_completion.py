@@ -19,6 +19,7 @@ import torch
 
 from ...codecs import LionMomentum
 from ...errors import ConfigError
+from ...schema import Fraction, NonNegative, Positive
 from ..base import MODEL_KEY, ClientContext, Msg, Part, ServerContext
 
 
@@ -26,7 +27,7 @@ class MomentumCompletion(Part):
     uses_idle_clients = True
     SCALES = ("gamma1", "one")
 
-    def __init__(self, gamma1: float, gamma2: float, beta2: float, scale: str = "gamma1",
+    def __init__(self, gamma1: Positive, gamma2: NonNegative, beta2: Fraction, scale: str = "gamma1",
                  momentum_of: str = "aggregation"):
         if scale not in self.SCALES:
             raise ConfigError("scale", f"unknown value {scale!r}", f"use one of {', '.join(self.SCALES)}")

@@ -48,14 +48,16 @@ class OptimizerStateAverage(Part):
     PARAMS = ("muon", "all")
     INITS = ("zero", "grad")
 
-    def __init__(self, params: str = "muon", state_keys=("momentum_buffer",), init: str = "zero", codec=None):
+    def __init__(self, params: str = "muon", state_keys: str | list[str] = ("momentum_buffer",), init: str = "zero",
+                 codec=None):
         for key, val, allowed in (("params", params, self.PARAMS), ("init", init, self.INITS)):
             if val not in allowed:
                 raise ConfigError(key, f"unknown value {val!r}", f"use one of {', '.join(allowed)}")
         if codec is not None and (isinstance(codec, (str, bytes)) or not hasattr(codec, "encode")):
             raise ConfigError("codec", f"expected a codec, got {codec!r}",
                               "give a _target_ such as fl_lightning.codecs.LowRankSVD (or null for dense)")
-        if isinstance(state_keys, str) and state_keys not in ("all", "theta") or not state_keys:
+        if not isinstance(state_keys, (str, list, tuple)) or isinstance(state_keys, str) and state_keys not in (
+                "all", "theta") or not state_keys:
             raise ConfigError("state_keys", f"expected a list of optimizer-state entries, 'all' or 'theta', got "
                               f"{state_keys!r}", "e.g. [momentum_buffer], [exp_avg, exp_avg_sq, step], all or theta")
         self.params, self.init = params, init

@@ -25,7 +25,8 @@ from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 
 class PreconditionedMixing(Part):
     def __init__(self, state_keys="theta", damping: float = 1e-8):
-        if isinstance(state_keys, str) and state_keys != "theta" or not state_keys:
+        if not isinstance(state_keys, (str, list, tuple)) or isinstance(state_keys, str) and state_keys != "theta" or \
+                not state_keys:
             raise ConfigError("state_keys", f"expected 'theta' or a one-entry list, got {state_keys!r}",
                               "use theta (Sophia's hessian) or e.g. [exp_avg_sq]")
         if not isinstance(state_keys, str) and len(state_keys) != 1:

@@ -23,15 +23,19 @@ dense and are averaged.
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
 from ...errors import ConfigError
+from ...schema import Positive, Range
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 
 
 class Scallion(Part):
-    def __init__(self, codec, lr: float, server_lr: float = 1.0, alpha: float | None = None):
+    def __init__(self, codec, lr: Positive, server_lr: Positive = 1.0,
+                 alpha: Annotated[float, Range(0.0, 1.0, open_low=True)] | None = None):
         if codec is None or isinstance(codec, (str, bytes)) or not hasattr(codec, "encode"):
             raise ConfigError("codec", f"expected a codec, got {codec!r}", "give a _target_ such as fl_lightning.codecs.RandK")
         if alpha is None and not hasattr(codec, "omega"):

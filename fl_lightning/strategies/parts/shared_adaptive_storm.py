@@ -24,17 +24,20 @@ x̄, m̄, v̄: 3 model-sized tensors each). The clamp α ≤ 1 is ours (c η_t²
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
 from ...errors import ConfigError
+from ...schema import Fraction, NonNegative, OneOf, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from .global_alignment import mean_probe_gradient
 
 
 class SharedAdaptiveStorm(Part):
-    def __init__(self, k: float = 2.0, omega: float = 8.0, c: float = 1.0, rho: float = 1e-2, v_decay: float = 0.99,
-                 init: str = "grad"):
+    def __init__(self, k: Positive = 2.0, omega: NonNegative = 8.0, c: NonNegative = 1.0, rho: Positive = 1e-2,
+                 v_decay: Fraction = 0.99, init: Annotated[str, OneOf("grad", "zero")] = "grad"):
         for arg, value in (("k", k), ("omega", omega), ("c", c), ("rho", rho)):
             if float(value) < 0 or (arg in ("k", "rho") and float(value) == 0):
                 raise ConfigError(arg, f"must be {'> 0' if arg in ('k', 'rho') else '>= 0'}, got {value}",

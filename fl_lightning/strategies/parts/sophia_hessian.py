@@ -27,9 +27,12 @@ Costs one extra forward and a double backward (hutchinson) or one forward/backwa
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 
 from ...errors import ConfigError
+from ...schema import Range
 from ..base import ClientContext, Part
 
 
@@ -37,7 +40,8 @@ class SophiaHessian(Part):
     ESTIMATORS = ("hutchinson", "gnb", "empirical")
     COUNTERS = ("global", "client", "round")
 
-    def __init__(self, estimator: str = "hutchinson", every: int = 10, probes: int = 1, counter: str = "global"):
+    def __init__(self, estimator: str = "hutchinson", every: Annotated[int, Range(1, 10**9)] = 10,
+                 probes: Annotated[int, Range(1, 1024)] = 1, counter: str = "global"):
         if estimator not in self.ESTIMATORS:
             raise ConfigError("estimator", f"unknown estimator {estimator!r}", f"use one of {', '.join(self.ESTIMATORS)}")
         if counter not in self.COUNTERS:
