@@ -307,14 +307,15 @@ class FederatedLoop:
         every world-th example of each test batch; otherwise every process evaluates the whole set."""
         self._load_global_into_module()
         self.module.eval()
-        out = self._evaluate_split("test")
-        if self.data.val is not None:  # data.val_fraction: the same metrics on the held-out rows, as val_*
-            out.update({"val_" + k.removeprefix("test_"): v for k, v in self._evaluate_split("val").items()})
+        out = self._evaluate_batches(self.data.test_batches(self.device))
+        if getattr(self.data, "val", None) is not None:  # data.val_fraction: the held-out rows' metrics, as val_*
+            val = self._evaluate_batches(self.data.test_batches(self.device, "val"))
+            out.update({"val_" + k.removeprefix("test_"): v for k, v in val.items()})
         return out
 
-    def _evaluate_split(self, split: str) -> dict[str, float]:
+    def _evaluate_batches(self, batches) -> dict[str, float]:
         shard = self.world > 1 and getattr(self.module, "syncs_eval_metrics", False)
-        for i, batch in enumerate(self.data.test_batches(self.device, split)):
+        for i, batch in enumerate(batches):
             if shard:
                 batch = {k: v[self.rank::self.world] for k, v in batch.items()}
                 if len(next(iter(batch.values()))) == 0:
