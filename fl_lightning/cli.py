@@ -327,6 +327,9 @@ def run(cfg: DictConfig) -> dict | None:
             _HELD_LOCKS.append(RunDirLock(run_dir))  # held until the process exits
             if not resume:
                 guard_fresh_run(run_dir, flag(cfg, "overwrite"))
+        from .progress import set_enabled
+
+        set_enabled(flag(cfg, "trainer.progress", default=True))  # also for what runs before the loop (pre-training)
         loop = build(cfg, run_dir)
         loop.setup(resume=resume, force=force)
         if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone

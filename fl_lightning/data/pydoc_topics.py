@@ -29,7 +29,7 @@ import torch
 from ..errors import ConfigError
 from .info import DataInfo
 from .tensors import TensorSet
-from .pretrain import SPECIALS, mlm_pretrain, train_tokenizer
+from .pretrain import RECIPE, SPECIALS, mlm_pretrain, train_tokenizer
 from .text import cached, default_cache_dir, load_tokenizer, tokenize, tokenizer_fingerprint
 
 log = logging.getLogger("fl_lightning")
@@ -128,7 +128,9 @@ def pydoc_topics(num_topics: int = 10, test_fraction: float = 0.2, max_length: i
     if arch["hidden_size"] % arch["heads"]:
         raise ConfigError("backbone.heads", f"{arch['heads']} heads do not divide hidden_size {arch['hidden_size']}",
                           "use 4 heads with hidden_size 128")
-    key = hashlib.sha256(json.dumps([arch, pre, tok_hash, int(max_length)], sort_keys=True).encode()).hexdigest()[:12]
+    # the recipe's version is in the key: a backbone cached by other pre-training code is not reused
+    key = hashlib.sha256(json.dumps([arch, pre, tok_hash, int(max_length)] + ([RECIPE] if pre else []),
+                                    sort_keys=True).encode()).hexdigest()[:12]
     bb_dir = os.path.join(root, f"roberta-{'mlm' if pre else 'random'}-{key}")
     if not os.path.isdir(bb_dir):
         if pre:
