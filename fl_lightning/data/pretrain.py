@@ -36,7 +36,7 @@ def train_tokenizer(texts: list[str], out_dir: str, vocab_size: int) -> None:
 
 # The pre-training recipe's version: part of the backbone's cache key (pydoc_topics.py), so a cached backbone made by
 # an earlier recipe (other code, not only other settings) is not reused. 2: one intra-op thread, foreach AdamW,
-# length-bucketed batches, progress bar (1: the first recipe, random batches, the run's threads).
+# progress bar (1: the first recipe, on the run's threads).
 RECIPE = 2
 
 
@@ -83,9 +83,9 @@ def mlm_pretrain(tok_dir: str, texts: list[str], out_dir: str, *, hidden_size: i
         start, quarter, loss = time.perf_counter(), max(1, steps // 4), float("nan")
         try:
             with StepProgress("MLM pre-training", steps) as bar:
-                batches = _length_buckets(att.sum(1), int(batch_size), g)
                 for step in range(steps):
-                    loss = _mlm_step(model, opt, tok, ids, att, special, next(batches), mask_prob, g)
+                    idx = torch.randint(len(ids), (int(batch_size),), generator=g)
+                    loss = _mlm_step(model, opt, tok, ids, att, special, idx, mask_prob, g)
                     sched.step()
                     done = step + 1
                     if bar.live:
@@ -115,21 +115,9 @@ def mlm_pretrain(tok_dir: str, texts: list[str], out_dir: str, *, hidden_size: i
     os.replace(tmp, out_dir)
 
 
-def _length_buckets(lengths: torch.Tensor, batch_size: int, g: torch.Generator):
-    """Index batches, forever, each sentence once an epoch: a random order cut into pools of 16 batches, each pool
-    sorted by length and cut into batches, served in random order. Sentences of a batch have similar lengths, so
-    little of a batch is padding (the sentences' median is about half of ``max_length``)."""
-    n = len(lengths)
-    while True:
-        pools = torch.randperm(n, generator=g).split(batch_size * 16)
-        batches = [b for p in pools for b in p[torch.argsort(lengths[p], stable=True)].split(batch_size)]
-        for j in torch.randperm(len(batches), generator=g).tolist():
-            yield batches[j]
-
-
 def _mlm_step(model, opt, tok, ids, att, special, idx: torch.Tensor, mask_prob: float, g: torch.Generator) -> float:
     """One MLM step on the sentences ``idx`` (dynamic masking, 80/10/10); returns the loss."""
-    width = int(att[idx].sum(1).max())  # trim the padding columns of this batch
+    width = int(att[idx].sum(1).max())  # trim the padding columns of this batch (a one-off CPU loop)
     x, a, sp = ids[idx, :width].clone(), att[idx, :width], special[idx, :width]
     masked = (torch.rand(x.shape, generator=g) < mask_prob) & ~sp
     target = x[masked]
