@@ -8,7 +8,7 @@ split (``test_fraction`` 0.2, seed 0, independent of the run seed) keeps the tes
 
 Everything a text model needs is prepared once and cached under ``cache_dir`` (keyed by the text's hash and the
 settings): a byte-level BPE tokenizer trained in-process with ``tokenizers`` (Sennrich et al. 2016; RoBERTa's
-tokenizer family, ~0.2 s), saved as a ``save_pretrained`` directory; and, with ``pretrain`` set (the default), a
+tokenizer family, a few seconds), saved as a ``save_pretrained`` directory; and, with ``pretrain`` set (the default), a
 small RoBERTa (``hidden_size`` 128, 2 layers) pre-trained by masked-language modelling (Devlin et al. 2019, 15 %
 masking, 80/10/10; RoBERTa's dynamic masking) on the corpus **without the test sentences**, so the LoRA run is a
 real fine-tune of a pretrained backbone (``DataInfo.pretrained_path``; ``model=roberta_lora`` uses it when
