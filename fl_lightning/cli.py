@@ -302,6 +302,9 @@ def _run(cfg: DictConfig) -> dict | None:
             _HELD_LOCKS.append(RunDirLock(run_dir))  # held until the process exits
             if not resume:
                 guard_fresh_run(run_dir, flag(cfg, "overwrite"))
+        from .progress import set_enabled
+
+        set_enabled(flag(cfg, "trainer.progress", default=True))  # also for what runs before the loop (pre-training)
         loop = build(cfg, run_dir)
         signals.set_phase("restoring the checkpoint" if resume else "setting up the strategy")
         loop.setup(resume=resume, force=force)

@@ -1,6 +1,7 @@
 """Rich progress display for the federated loop: round r/R, clients done in the round, train loss, the last value
 of the primary metric, MB communicated, ETA; and the closing summary table. Off a terminal (CI, log files) it prints one
-plain line per evaluated round instead."""
+plain line per evaluated round instead. :class:`StepProgress`: a bar with ETA for a one-off job before the loop (the
+``data=pydoc_topics`` MLM pre-training), shown on a terminal unless ``trainer.progress=false`` (:func:`set_enabled`)."""
 from __future__ import annotations
 
 import logging
@@ -18,20 +19,17 @@ def _stream_handlers() -> list[logging.StreamHandler]:
             if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
 
 
-class RoundProgress:
-    def __init__(self, total_rounds: int, start_round: int, enabled: bool = True, primary: str = "test_acc",
-                 console: Console | None = None):
-        self.console = console or Console(stderr=True)
-        self.primary = primary
-        self.enabled = enabled
-        self.live = enabled and self.console.is_terminal
-        self.progress = Progress(
-            TextColumn("[bold]{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-            console=self.console, disable=not self.live,
-        )
-        self.rounds = self.progress.add_task("rounds", total=total_rounds, completed=start_round, info="")
-        self.clients = self.progress.add_task("clients", total=1, info="", visible=False)
+_ENABLED = [True]  # trainer.progress, set by the command line before the data are built
+
+
+def set_enabled(on: bool) -> None:
+    """``trainer.progress`` for the displays made outside the loop (:class:`StepProgress`)."""
+    _ENABLED[0] = bool(on)
+
+
+class _Live:
+    """Enter/exit of a rich ``Progress`` whose log records print above the live display."""
+    progress: Progress
 
     def __enter__(self):
         streams = sys.stdout, sys.stderr
@@ -49,6 +47,40 @@ class RoundProgress:
         for h, old in self._moved:
             h.setStream(old)
         self.progress.__exit__(*exc)
+
+
+class StepProgress(_Live):
+    """Steps done of ``total``, a short ``info`` text (e.g. the loss), elapsed time and ETA, live on a terminal
+    (stderr) unless ``trainer.progress=false``; otherwise nothing is drawn (``live`` is False) and the caller logs
+    what it needs."""
+
+    def __init__(self, description: str, total: int, enabled: bool | None = None, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.live = (_ENABLED[0] if enabled is None else enabled) and self.console.is_terminal
+        self.progress = Progress(
+            TextColumn(f"[bold]{description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=self.console, disable=not self.live,
+        )
+        self.task = self.progress.add_task(description, total=total, info="")
+
+    def update(self, done: int, info: str = "") -> None:
+        self.progress.update(self.task, completed=done, info=info)
+
+
+class RoundProgress(_Live):
+    def __init__(self, total_rounds: int, start_round: int, enabled: bool = True, primary: str = "test_acc",
+                 console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.primary = primary
+        self.enabled = enabled
+        self.live = enabled and self.console.is_terminal
+        self.progress = Progress(
+            TextColumn("[bold]{task.description:<16}"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+            console=self.console, disable=not self.live,
+        )
+        self.rounds = self.progress.add_task("rounds", total=total_rounds, completed=start_round, info="")
+        self.clients = self.progress.add_task("clients", total=1, info="", visible=False)
 
     def start_round(self, r: int, n_clients: int) -> None:
         self.progress.update(self.clients, total=n_clients, completed=0, visible=True,

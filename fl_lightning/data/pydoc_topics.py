@@ -8,8 +8,8 @@ split (``test_fraction`` 0.2, seed 0, independent of the run seed) keeps the tes
 
 Everything a text model needs is prepared once and cached under ``cache_dir`` (keyed by the text's hash and the
 settings): a byte-level BPE tokenizer trained in-process with ``tokenizers`` (Sennrich et al. 2016; RoBERTa's
-tokenizer family, ~0.2 s), saved as a ``save_pretrained`` directory; and, with ``pretrain`` set (the default), a
-small RoBERTa (``hidden_size`` 128, 4 layers) pre-trained by masked-language modelling (Devlin et al. 2019, 15 %
+tokenizer family, a few seconds), saved as a ``save_pretrained`` directory; and, with ``pretrain`` set (the default), a
+small RoBERTa (``hidden_size`` 128, 2 layers) pre-trained by masked-language modelling (Devlin et al. 2019, 15 %
 masking, 80/10/10; RoBERTa's dynamic masking) on the corpus **without the test sentences**, so the LoRA run is a
 real fine-tune of a pretrained backbone (``DataInfo.pretrained_path``; ``model=roberta_lora`` uses it when
 ``model.net.pretrained_path`` is null). ``pretrain: null`` saves a randomly initialised backbone instead and says
@@ -29,7 +29,7 @@ import torch
 from ..errors import ConfigError
 from .info import DataInfo
 from .tensors import TensorSet
-from .pretrain import SPECIALS, mlm_pretrain, train_tokenizer
+from .pretrain import RECIPE, SPECIALS, mlm_pretrain, train_tokenizer
 from .text import cached, default_cache_dir, load_tokenizer, tokenize, tokenizer_fingerprint
 
 log = logging.getLogger("fl_lightning")
@@ -124,11 +124,13 @@ def pydoc_topics(num_topics: int = 10, test_fraction: float = 0.2, max_length: i
         arch = {k: int(arch[k]) for k in ("hidden_size", "layers", "heads", "intermediate_size")}
     except (TypeError, ValueError, KeyError):
         raise ConfigError("backbone", f"needs integer hidden_size, layers, heads, intermediate_size, got {backbone}",
-                          "use {hidden_size: 128, layers: 4, heads: 4, intermediate_size: 512}") from None
+                          "use {hidden_size: 128, layers: 2, heads: 4, intermediate_size: 512}") from None
     if arch["hidden_size"] % arch["heads"]:
         raise ConfigError("backbone.heads", f"{arch['heads']} heads do not divide hidden_size {arch['hidden_size']}",
                           "use 4 heads with hidden_size 128")
-    key = hashlib.sha256(json.dumps([arch, pre, tok_hash, int(max_length)], sort_keys=True).encode()).hexdigest()[:12]
+    # the recipe's version is in the key: a backbone cached by other pre-training code is not reused
+    key = hashlib.sha256(json.dumps([arch, pre, tok_hash, int(max_length)] + ([RECIPE] if pre else []),
+                                    sort_keys=True).encode()).hexdigest()[:12]
     bb_dir = os.path.join(root, f"roberta-{'mlm' if pre else 'random'}-{key}")
     if not os.path.isdir(bb_dir):
         if pre:

@@ -255,6 +255,62 @@ def test_pydoc_topics_end_to_end(tmp_path):
     assert {texts[i] for i in tr} <= set(unlabelled) and len(set(labels)) == 10
 
 
+TINY = {"backbone": {"hidden_size": 32, "layers": 1, "heads": 2, "intermediate_size": 64},
+        "pretrain": {"steps": 4, "batch_size": 8}}
+
+
+def test_pydoc_topics_pretraining_is_cached_and_keyed_by_its_recipe(tmp_path, monkeypatch, caplog):
+    """The MLM pre-training runs once: a second call finds the cached backbone and trains nothing; a change of the
+    recipe (its settings or its code's version, ``pretrain.RECIPE``) gives another cache entry, not the old one.
+    Off a terminal the progress is a few log lines, never a bar's control codes."""
+    import fl_lightning.data.pydoc_topics as pt
+
+    calls = []
+    real = pt.mlm_pretrain
+    monkeypatch.setattr(pt, "mlm_pretrain", lambda *a, **k: (calls.append(k), real(*a, **k))[1])
+    with caplog.at_level("INFO", logger="fl_lightning"):
+        first = pt.pydoc_topics(cache_dir=str(tmp_path), **TINY)[2].pretrained_path
+    assert len(calls) == 1 and calls[0]["steps"] == 4 and calls[0]["batch_size"] == 8
+    made = json.load(open(os.path.join(first, "fl_lightning_pretraining.json")))
+    assert made["pretrained"] and made["recipe"] == pt.RECIPE and made["steps"] == 4
+    lines = [r.getMessage() for r in caplog.records if "pre-training" in r.getMessage()]
+    assert 1 <= len(lines) <= 6 and "4 steps in" in lines[-1], lines
+    assert not any("\x1b" in m for m in lines)
+    assert pt.pydoc_topics(cache_dir=str(tmp_path), **TINY)[2].pretrained_path == first and len(calls) == 1
+    other = pt.pydoc_topics(cache_dir=str(tmp_path), **{**TINY, "pretrain": {"steps": 5, "batch_size": 8}})
+    assert other[2].pretrained_path != first and len(calls) == 2
+    monkeypatch.setattr(pt, "RECIPE", pt.RECIPE + 1)
+    assert pt.pydoc_topics(cache_dir=str(tmp_path), **TINY)[2].pretrained_path not in (first, other[2].pretrained_path)
+    assert len(calls) == 3
+
+
+def test_step_progress_draws_only_on_a_terminal_and_when_enabled():
+    """The pre-training's bar: drawn (with its ETA) on a terminal; nothing written to a non-terminal stream or
+    with ``trainer.progress=false``."""
+    import io
+
+    from rich.console import Console
+
+    from fl_lightning.progress import StepProgress, set_enabled
+
+    for terminal, enabled in ((False, True), (True, False)):
+        buf = io.StringIO()
+        with StepProgress("MLM pre-training", 10, enabled, Console(file=buf, force_terminal=terminal)) as bar:
+            bar.update(5, "loss 1.0")
+            assert not bar.live
+        assert buf.getvalue() == ""
+    buf = io.StringIO()
+    with StepProgress("MLM pre-training", 10, console=Console(file=buf, force_terminal=True, width=120)) as bar:
+        assert bar.live
+        bar.update(10, "loss 1.0")
+    assert "MLM pre-training" in buf.getvalue() and "10/10" in buf.getvalue() and "ETA" in buf.getvalue()
+    try:
+        set_enabled(False)
+        assert not StepProgress("x", 1, console=Console(file=io.StringIO(), force_terminal=True)).live
+    finally:
+        set_enabled(True)
+
+
 def test_pydoc_topics_sentences_drop_rules_and_code():
     from fl_lightning.data.pydoc_topics import sentences
 
