@@ -18,7 +18,7 @@ _NAMED = {"method": "method.name", "model": "model.name", "data": "data.name", "
 # keys that never tell two settings apart (where a run went, how it was run)
 _IGNORED = ("seed", "run_dir", "resume", "force_resume", "stop_after_rounds", "overwrite", "trainer.progress",
             "trainer.threads", "trainer.devices", "trainer.num_nodes", "trainer.strategy", "checkpoint", "store",
-            "fl.eval_every", "data.eval_batch_size", "data.on_device", "tables")
+            "fl.eval_every", "data.eval_batch_size", "data.on_device", "tables", "logger")
 
 
 class ReportError(FLError):

@@ -67,9 +67,12 @@ def _swept(runs: list[Run], by: list[str]) -> list[str]:
     varying = [k for k in keys if k not in by_full and len({repr(f.get(k)) for f in flats}) > 1
                and not k.endswith(".name")]
     typed = set().union(*(r.typed for r in runs))
+    seeds = tuple(repr(r.value("seed")) for r in runs)  # keys that follow the seed (``${seed}``) are the seed
     kept: dict[tuple, str] = {}
     for k in varying:
         pattern = tuple(repr(f.get(k)) for f in flats)
+        if pattern == seeds:
+            continue
         old = kept.get(pattern)
         rank = (k not in typed, k.count("."), k)
         if old is None or rank < (old not in typed, old.count("."), old):

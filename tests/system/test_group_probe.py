@@ -60,6 +60,7 @@ VALID = [
     ("method.grad_clip", {"null"}, "no clipping"),
     ("*server_lr", {"0"}, "a frozen global model"),
     ("*min_size", {"0"}, "no minimum client size"),
+    ("data.val_fraction", {"0"}, "no validation split (the default)"),
     ("*beta", {"0"}, "a moment with no memory (the current value only)"),
     ("*beta1", {"0"}, "a moment with no memory (the current value only)"),
     ("*beta2", {"0"}, "a moment with no memory (the current value only)"),
