@@ -374,6 +374,37 @@ def _target_info(target: str):
     return obj, sig, {**hints, **EXTERNAL_HINTS.get(target, {})}
 
 
+def _typed_dict(hint) -> dict | None:
+    """The keys and hints of a ``TypedDict`` argument (``backbone: Backbone | None``), else None."""
+    import types
+    import typing
+
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    alts = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for a in alts:
+        if isinstance(a, type) and typing.is_typeddict(a):
+            return typing.get_type_hints(a, include_extras=True)
+    return None
+
+
+def _check_fields(full: str, value: dict, fields: dict, root) -> None:
+    """A nested node's keys against its ``TypedDict``: no other key, each value of its type and in its range."""
+    for k, v in value.items():
+        if k not in fields:
+            near = difflib.get_close_matches(str(k), list(fields), n=1)
+            err = qualify(ConfigError(f"{full}.{k}", f"is not a key of {full}", ""), "", root)
+            user = err.key.split(" (via ")[0].rpartition(".")[0]
+            fix = f"did you mean {user}.{near[0]}?" if near else "remove it"
+            raise ConfigError(err.key, err.problem, f"{fix} (it takes: {', '.join(fields)})")
+        meta = arg_meta(fields[k])
+        bad = None if meta is None else arg_problem(meta, v)
+        if bad:
+            err = qualify(ConfigError(f"{full}.{k}", bad, ""), "", root)
+            ex = _override_text(_example(meta, None, False))
+            raise ConfigError(err.key, bad, f"set it to {_describe(meta)}, e.g. {err.key.split(' (via ')[0]}={ex}")
+
+
 def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model", "data", "optimizer", "server_opt"),
                   drop: Mapping[str, tuple[str, ...]] | None = None) -> None:
     """Every ``_target_`` node's keys against its constructor, before anything is built: a ``_target_`` that does not
@@ -432,6 +463,10 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model",
                 p = sig.parameters.get(arg)
                 has_default = p is not None and p.default is not p.empty
                 default = p.default if has_default else None
+                fields = _typed_dict(hints.get(arg))
+                if fields is not None and isinstance(value, dict):  # a nested node with declared keys (TypedDict)
+                    _check_fields(full, value, fields, root)
+                    continue
                 meta = arg_meta(hints.get(arg), default, has_default)
                 if meta is None or (meta["kind"] != "list" and isinstance(value, (dict, list))):
                     continue

@@ -22,11 +22,13 @@ import json
 import logging
 import os
 import re
+from typing import Annotated, TypedDict
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError
+from ..schema import Range
 from .info import DataInfo
 from .tensors import TensorSet
 from .pretrain import RECIPE, SPECIALS, mlm_pretrain, train_tokenizer
@@ -89,8 +91,30 @@ def split(topics: dict[str, str], num_topics: int, test_fraction: float):
     return texts, labels, names, tr, te, unlabelled
 
 
-def pydoc_topics(num_topics: int = 10, test_fraction: float = 0.2, max_length: int = 48, vocab_size: int = 4096,
-                 cache_dir: str | None = "auto", pretrain: dict | None = None, backbone: dict | None = None
+class Backbone(TypedDict, total=False):
+    """``data.backbone``: the small RoBERTa (checked before anything is built)."""
+
+    hidden_size: Annotated[int, Range(8, 4096, example=128)]
+    layers: Annotated[int, Range(1, 48, example=2)]
+    heads: Annotated[int, Range(1, 64, example=4)]
+    intermediate_size: Annotated[int, Range(8, 16384, example=512)]
+
+
+class Pretrain(TypedDict, total=False):
+    """``data.pretrain``: its masked-LM pre-training (null: none)."""
+
+    steps: Annotated[int, Range(1, 10**6, example=1500)]
+    batch_size: Annotated[int, Range(1, 4096, example=32)]
+    lr: Annotated[float, Range(0.0, 1.0, open_low=True, example=1e-3)]
+    mask_prob: Annotated[float, Range(0.0, 1.0, open_low=True, open_high=True, example=0.15)]
+    seed: Annotated[int, Range(0, 2**32 - 1, example=0)]
+
+
+def pydoc_topics(num_topics: Annotated[int, Range(2, 64)] = 10,
+                 test_fraction: Annotated[float, Range(0.05, 0.5)] = 0.2,
+                 max_length: Annotated[int, Range(8, 512)] = 48,
+                 vocab_size: Annotated[int, Range(260, 1 << 17)] = 4096,
+                 cache_dir: str | None = "auto", pretrain: Pretrain | None = None, backbone: Backbone | None = None
                  ) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info) of the embedded task (see the module docstring). ``backbone``: the small RoBERTa's
     ``hidden_size``, ``layers``, ``heads``, ``intermediate_size``; ``pretrain``: MLM ``steps``, ``batch_size``,
