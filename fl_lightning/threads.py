@@ -5,7 +5,8 @@ process keeps the cores busy, a spinning thread burns the time slice the thread 
 run on a busy 2-core machine took 6x (95 s against 16 s with one thread; docs/benchmarks.md). :func:`passive_wait`
 makes idle OpenMP threads sleep instead (``OMP_WAIT_POLICY=PASSIVE``, read once when torch loads its OpenMP library:
 call it before ``import torch``); :func:`auto_threads` is ``trainer.threads=auto``: the CPUs this process may use
-(``os.sched_getaffinity``: a Slurm or container limit counts) shared by the processes of this node.
+(``os.sched_getaffinity``: a Slurm or container limit counts) shared by the processes of this node, and no more than
+other processes leave idle when the run starts.
 """
 from __future__ import annotations
 
@@ -32,9 +33,36 @@ def usable_cpus() -> int:
     return max(1, os.cpu_count() or 1)
 
 
+def others_running(samples: int = 5, interval: float = 0.01) -> int | None:
+    """Tasks other processes keep runnable right now: the least of a few readings of ``/proc/loadavg``'s running
+    count, less this process's own thread (None where there is no such file). An instantaneous count, unlike the
+    load averages, which take a minute to see a job that just started."""
+    import time
+
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg") as f:
+                counts.append(int(f.read().split()[3].split("/")[0]))
+        except (OSError, ValueError, IndexError):
+            return None
+        if i + 1 < samples:
+            time.sleep(interval)
+    return max(0, min(counts) - 1)
+
+
 def auto_threads(processes_per_node: int = 1) -> int:
-    """``trainer.threads=auto``: ``OMP_NUM_THREADS`` when set, else the usable CPUs over the processes per node."""
+    """``trainer.threads=auto``: ``OMP_NUM_THREADS`` when set; else the usable CPUs over the processes per node, and
+    on a machine whose every CPU this process may use (no scheduler gave it a subset), no more than the CPUs other
+    processes leave idle right now (at least one): a second thread on a core another job keeps busy made the default
+    run 1.65x slower than one thread, even with sleeping idle threads (docs/benchmarks.md)."""
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
-    return max(1, usable_cpus() // max(1, int(processes_per_node)))
+    cpus, ppn = usable_cpus(), max(1, int(processes_per_node))
+    n = max(1, cpus // ppn)
+    if cpus == (os.cpu_count() or cpus):  # a subset (taskset, Slurm, a cpuset) is this job's own: trust it
+        busy = others_running()
+        if busy is not None:
+            n = max(1, min(n, (cpus - busy) // ppn))
+    return n

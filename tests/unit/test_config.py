@@ -125,3 +125,34 @@ def test_train_py_makes_idle_openmp_threads_sleep_before_torch_loads():
     out = subprocess.run([sys.executable, "-c", "import os, fl_lightning.threads as t; print(t.passive_wait(), "
                           "os.environ['OMP_WAIT_POLICY'])"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert out.stdout.split() == ["False", "ACTIVE"], out.stderr
+
+
+def test_auto_threads_leave_the_cores_other_jobs_keep_busy(monkeypatch):
+    """trainer.threads=auto: the usable CPUs over the processes per node, and no more than the CPUs other jobs
+    leave idle when the run starts (instantaneous runnable count); a CPU subset a scheduler gave is trusted as is."""
+    from fl_lightning import threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 8)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
+    for busy, ppn, want in [(0, 1, 8), (3, 1, 5), (8, 1, 1), (20, 1, 1), (0, 2, 4), (3, 2, 2), (None, 1, 8)]:
+        monkeypatch.setattr(threads, "others_running", lambda b=busy: b)
+        assert threads.auto_threads(ppn) == want, (busy, ppn)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 64)  # 8 of 64 CPUs: a Slurm allocation, load elsewhere
+    monkeypatch.setattr(threads, "others_running", lambda: 60)
+    assert threads.auto_threads(1) == 8
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads.auto_threads(1) == 3
+
+
+def test_the_running_count_is_read_from_proc_loadavg(monkeypatch):
+    import builtins
+    import io
+
+    from fl_lightning import threads
+
+    reads = iter(["0.50 0.40 0.30 4/300 123\n", "0.50 0.40 0.30 3/300 123\n", "0.50 0.40 0.30 5/300 123\n"])
+    real = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: io.StringIO(next(reads)) if p == "/proc/loadavg"
+                        else real(p, *a, **k))
+    assert threads.others_running(samples=3, interval=0) == 2  # the least reading, less this process's thread
