@@ -85,7 +85,7 @@ def result_diff(old: DictConfig, new: DictConfig) -> list[tuple[str, object, obj
     return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
-def apply_threads(cfg: DictConfig) -> int:
+def apply_threads(cfg: DictConfig, num_params: int | None = None) -> int:
     """``trainer.threads``: torch's intra-op CPU threads for this process; ``auto``:
     :func:`fl_lightning.threads.auto_threads` (the CPUs this process may use over ``trainer.devices``, or
     ``OMP_NUM_THREADS``). Idle OpenMP threads sleep instead of spinning (:func:`fl_lightning.threads.passive_wait`,
@@ -96,7 +96,7 @@ def apply_threads(cfg: DictConfig) -> int:
     t = cfg.trainer.threads
     check_value("trainer.threads", t)
     devices = cfg.trainer.devices
-    n = auto_threads(devices if isinstance(devices, int) else 1) if t == "auto" else int(t)
+    n = auto_threads(devices if isinstance(devices, int) else 1, num_params) if t == "auto" else int(t)
     if n != torch.get_num_threads():
         torch.set_num_threads(n)
     return n
@@ -242,6 +242,8 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
         torch.manual_seed(int(cfg.seed))
         module = build_model(cfg.model, data.info)
     module = module.to(fabric.device)
+    if fabric.device.type == "cpu":  # auto threads again, now that the model's size is known
+        apply_threads(cfg, sum(p.numel() for p in module.parameters()))
     strategy = build_strategy(cfg.method)
     rank, world = fabric.global_rank, fabric.world_size
     offload = cfg.store.offload_dir  # a str (the schema's type), even for a folder whose name reads as a number

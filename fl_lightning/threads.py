@@ -51,14 +51,21 @@ def others_running(samples: int = 5, interval: float = 0.01) -> int | None:
     return max(0, min(counts) - 1)
 
 
-def auto_threads(processes_per_node: int = 1) -> int:
+SMALL_MODEL = 1_000_000  # parameters below which one thread per process is fastest (the default digits CNN, 53k:
+# 14.9 s with one thread, 19.6 s with two sleeping threads on an idle 2-core machine; docs/benchmarks.md)
+
+
+def auto_threads(processes_per_node: int = 1, num_params: int | None = None) -> int:
     """``trainer.threads=auto``: ``OMP_NUM_THREADS`` when set; else the usable CPUs over the processes per node, and
     on a machine whose every CPU this process may use (no scheduler gave it a subset), no more than the CPUs other
     processes leave idle right now (at least one): a second thread on a core another job keeps busy made the default
-    run 1.65x slower than one thread, even with sleeping idle threads (docs/benchmarks.md)."""
+    run 1.65x slower than one thread, even with sleeping idle threads (docs/benchmarks.md). A model of fewer than
+    :data:`SMALL_MODEL` parameters (``num_params``, once it is built) gets one thread."""
     env = os.environ.get("OMP_NUM_THREADS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
+    if num_params is not None and num_params < SMALL_MODEL:  # too little work per op for a second thread to pay
+        return 1
     cpus, ppn = usable_cpus(), max(1, int(processes_per_node))
     n = max(1, cpus // ppn)
     if cpus == (os.cpu_count() or cpus):  # a subset (taskset, Slurm, a cpuset) is this job's own: trust it

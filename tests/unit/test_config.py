@@ -156,3 +156,14 @@ def test_the_running_count_is_read_from_proc_loadavg(monkeypatch):
     monkeypatch.setattr(builtins, "open", lambda p, *a, **k: io.StringIO(next(reads)) if p == "/proc/loadavg"
                         else real(p, *a, **k))
     assert threads.others_running(samples=3, interval=0) == 2  # the least reading, less this process's thread
+
+
+def test_auto_threads_give_a_small_model_one_thread(monkeypatch):
+    from fl_lightning import threads
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "usable_cpus", lambda: 8)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
+    monkeypatch.setattr(threads, "others_running", lambda: 0)
+    assert threads.auto_threads(1, num_params=53_002) == 1
+    assert threads.auto_threads(1, num_params=11_000_000) == 8 and threads.auto_threads(1) == 8
