@@ -278,9 +278,14 @@ def _resume_dir(cfg: DictConfig) -> str | None:
 # ---------------------------------------------------------------------------------------------- run
 def run(cfg: DictConfig) -> dict | None:
     """Build and run one job; user errors become one line on stderr and a non-zero exit."""
+    from .progress import set_enabled
+
     with signals.during_setup("building the run"):  # the loop takes the signals over after its first round
         signals.set_phase("building the run", _resume_dir(cfg))
-        return _run(cfg)
+        try:
+            return _run(cfg)
+        finally:
+            set_enabled(True)  # trainer.progress is this run's (a process running several, like the tests, resets)
 
 
 def _run(cfg: DictConfig) -> dict | None:

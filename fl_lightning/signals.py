@@ -51,9 +51,11 @@ def tell_children(signum: int, wait_s: float = 30.0) -> None:
 
 
 def stop_now(signum: int, frame=None) -> None:
-    """End the process at once: children told, one line on stderr (rank 0 only), exit ``128 + signum``."""
-    tell_children(signum)
-    if not is_launched_child():
+    """End the process at once: one line on stderr (rank 0 only; first, before a child's exit can make Lightning's
+    process observer kill this process), children told and waited for, exit ``128 + signum``. A launched child exits
+    0: its launcher reports the stop, and a non-zero child would make that observer kill the launcher."""
+    child = is_launched_child()
+    if not child:
         resume = _STATE["resume"]
         hint = f" (resume again with: python train.py resume={resume})" if resume else ""
         msg = f"error: stopped by signal {signum} while {_STATE['phase']}; this invocation wrote no checkpoint{hint}\n"
@@ -64,7 +66,8 @@ def stop_now(signum: int, frame=None) -> None:
             os.write(2, msg.encode())
         except Exception:
             pass
-    os._exit(128 + signum)
+    tell_children(signum)
+    os._exit(0 if child else 128 + signum)
 
 
 def install() -> dict:

@@ -293,6 +293,7 @@ def test_step_progress_draws_only_on_a_terminal_and_when_enabled():
 
     from fl_lightning.progress import StepProgress, set_enabled
 
+    set_enabled(True)  # the default (a run in this process may have set trainer.progress=false)
     for terminal, enabled in ((False, True), (True, False)):
         buf = io.StringIO()
         with StepProgress("MLM pre-training", 10, enabled, Console(file=buf, force_terminal=terminal)) as bar:
