@@ -123,12 +123,12 @@ def _fewer_empty_clients(p, num_clients: int, n: int) -> str:
     if "shards_per_client" in p:
         k = max(1, n // num_clients)
         fixes[0] = f"use at most {n // int(p.shards_per_client)} clients (fl.num_clients)"
-        fixes.append(f"data.partition.shards_per_client={k}" if k < int(p.shards_per_client) else "")
+        if k < int(p.shards_per_client):
+            fixes.append(f"data.partition.shards_per_client={k}")
     if "alpha" in p:
         fixes.append("a larger data.partition.alpha")
     if "min_size" in p:
         fixes.append("data.partition.min_size >= 1")
-    fixes = [f for f in fixes if f]
     return ", ".join(fixes[:-1]) + (" or " if len(fixes) > 1 else "") + fixes[-1]
 
 

@@ -7,6 +7,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -47,6 +48,7 @@ class Run:
         """(round, value) of every row that has ``metric`` (evaluated rounds only)."""
         return [(int(r["round"]), r[metric]) for r in self.rows if not math.isnan(r.get(metric, math.nan))]
 
+    @cached_property
     def flat(self) -> dict[str, Any]:
         """The config as ``{dotted key: value}`` (lists as tuples), without the keys in ``_IGNORED``."""
         out: dict[str, Any] = {}

@@ -61,7 +61,7 @@ def _swept(runs: list[Run], by: list[str]) -> list[str]:
     """The keys whose values differ between ``runs`` (besides the seed and the ``by`` keys). Keys that always vary
     together (``method.lr`` and the ``optimizer.lr`` interpolating it) count once, as the key the runs' command
     lines typed (``overrides.yaml``), else the shortest."""
-    flats = [r.flat() for r in runs]
+    flats = [r.flat for r in runs]
     keys = sorted(set().union(*flats))
     by_full = {b if b not in ("method", "model", "data") else f"{b}.name" for b in by} | set(by)
     varying = [k for k in keys if k not in by_full and len({repr(f.get(k)) for f in flats}) > 1
@@ -94,7 +94,7 @@ def summarize(runs: list[Run], by: list[str], select: str | None = None, target:
         swept = _swept(members, by)
         settings: dict[tuple, list[Run]] = {}
         for r in members:
-            flat = r.flat()
+            flat = r.flat
             settings.setdefault(tuple(repr(flat.get(k)) for k in swept), []).append(r)
         group = {k: members[0].value(k) for k in by}
         chosen = list(settings.values())
@@ -111,7 +111,7 @@ def summarize(runs: list[Run], by: list[str], select: str | None = None, target:
 
 
 def _row(group, swept, runs, metric, target, select, candidates) -> Row:
-    flat = runs[0].flat()
+    flat = runs[0].flat
     per_run = [run_numbers(r, metric, target) for r in runs]
     stats = {k: _mean_std([p[k] for p in per_run]) for k in per_run[0]}
     if select:

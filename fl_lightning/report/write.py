@@ -34,7 +34,7 @@ def markdown(rows: list[Row], target: float | None, plots: list[str]) -> str:
         if select:
             cells.append(_fmt(*r.stats[f"selected_{select}"], 4) + f" (best of {r.candidates})")
         for k in _columns(rows):
-            cells.append(_fmt(*r.stats[k], 4 if k in ("final", "best") else 1 if k != "wall_s" else 1))
+            cells.append(_fmt(*r.stats[k], 4 if k in ("final", "best") else 1))
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"Mean ± sample standard deviation over the n runs of each row (seeds); primary metric `{m}`."]
     if select:

@@ -121,11 +121,6 @@ VALID = [
     ("data.max_train", {"huge"}, "a cap above the data's size: every row"),
 ]
 
-# keys whose checks belong to modules others own right now (issue 32: fl_lightning/data/pydoc_topics.py and
-# pretrain.py); their nested nodes (backbone, pretrain) are checked by that builder, not by a signature
-OWNED_ELSEWHERE: set[str] = set()
-
-
 def _valid(key: str, value: str) -> bool:
     return any(fnmatch.fnmatchcase(key, pat) and value in vals for pat, vals, _ in VALID)
 
@@ -246,8 +241,6 @@ def _cases():
 
 @pytest.mark.parametrize("group,member", list(_cases()))
 def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member):
-    if f"{group}={member}" in OWNED_ELSEWHERE:
-        pytest.skip("its builder's own checks are someone else's change (OWNED_ELSEWHERE)")
     node_key = GROUPS[group]
     cfg = make_cfg(FAST + COMPANIONS.get(group, []) + [f"{group}={member}"])
     base = verdict(cfg, group)
