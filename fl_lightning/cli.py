@@ -17,7 +17,7 @@ from .schema import register
 register()  # the schema (conf/config.yaml's first default) before Hydra composes
 
 log = logging.getLogger("fl_lightning")
-GROUPS = ("method", "model", "data", "experiment", "optimizer", "server_opt")
+GROUPS = ("method", "model", "data", "experiment", "arm", "optimizer", "server_opt")
 CONTROL = ("resume", "force_resume", "stop_after_rounds", "overwrite")  # how to run now, never carried over
 _HELD_LOCKS: list = []
 OVERRIDES_FILE = "overrides.yaml"  # the run's own overrides (Hydra's .hydra/ copy is rewritten by every invocation)

@@ -153,6 +153,11 @@ class Root:
     run_dir: Optional[str] = key(None, "the run directory (Hydra's output directory)", "path", nullable=True)
     tables: Any = key(None, "lookup tables an experiment's interpolations read (e.g. glue_lora's per-method lrs)",
                       "table", nullable=True, example="{name: value}")
+    label: Optional[str] = key(None, "the run's name in reports (an experiment's arm, conf/arm/, sets it)", "str",
+                               nullable=True, example="FedPAC-SOAP, beta 0.9")
+    paper: Any = key(None, "the numbers the paper reports for an experiment's cells, shown by fl-report beside ours "
+                     "(source, metric, cells: [{KEY: VALUE, value: X}], ordering)", "table", nullable=True,
+                     example="{source: 'seed 002, Table 2', metric: 'test acc (%)', cells: []}")
     # config groups: their keys are their targets' arguments (checked by instantiate) and the method's own knobs
     method: Any = None
     model: Any = None
@@ -163,7 +168,7 @@ class Root:
 
 
 GROUPS = {"fl": FL, "trainer": Trainer, "checkpoint": Checkpoint, "store": Store}
-CONFIG_GROUPS = ("method", "model", "data", "optimizer", "server_opt", "logger", "experiment")
+CONFIG_GROUPS = ("method", "model", "data", "optimizer", "server_opt", "logger", "experiment", "arm")
 METHOD_KEYS = {"grad_clip": key(None, "max-norm gradient clipping before each local step (null: none)", "float",
                                 0.0, None, nullable=True, example="1.0")}
 

@@ -13,21 +13,25 @@ from .table import Row, summarize
 
 
 def report(paths: list[str], out: str, by: list[str] | None = None, select: str | None = None,
-           target: float | None = None, plots: bool = True) -> list[Row]:
-    """Everything the command does; returns the rows."""
+           target: float | None = None, plots: bool = True, name: str = "report", title: str | None = None,
+           command: str | None = None, about: str | None = None) -> list[Row]:
+    """Everything the command does: ``OUT/NAME.md``, ``OUT/NAME.csv`` and the PNGs (prefixed ``NAME_`` unless NAME
+    is ``report``); the paper's numbers come from the runs' ``paper:`` block. Returns the rows."""
+    from .paper import read_paper
     from .write import markdown, write_csv
 
     runs = find_runs(paths)
     rows = summarize(runs, by or ["method"], select=select, target=target)
+    paper = read_paper(runs[0].config.get("paper"))
     os.makedirs(out, exist_ok=True)
     names = []
     if plots:
         from .plots import plot
 
-        names = plot(rows, out)
-    with open(os.path.join(out, "report.md"), "w") as f:
-        f.write(markdown(rows, target, names))
-    write_csv(rows, os.path.join(out, "report.csv"))
+        names = plot(rows, out, "" if name == "report" else f"{name}_")
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write(markdown(rows, target, names, paper, title, command, about))
+    write_csv(rows, os.path.join(out, f"{name}.csv"), paper)
     return rows
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 
@@ -16,14 +17,18 @@ def main(argv: list[str] | None = None) -> int:
                     "of this metric (e.g. val_acc)")
     ap.add_argument("--target", type=float, default=None, help="report the rounds to reach this primary metric")
     ap.add_argument("--out", default="report", help="output folder (default: ./report)")
+    ap.add_argument("--name", default="report", help="file stem: OUT/NAME.md, OUT/NAME.csv, OUT/NAME_*.png")
+    ap.add_argument("--title", default=None, help="the page's title")
     ap.add_argument("--no-plots", action="store_true")
+    argv_used = sys.argv[1:] if argv is None else argv
     a = ap.parse_args(argv)
     try:
-        rows = report(a.dirs, a.out, a.by, a.select, a.target, plots=not a.no_plots)
+        rows = report(a.dirs, a.out, a.by, a.select, a.target, plots=not a.no_plots, name=a.name, title=a.title,
+                      command="python -m fl_lightning.report " + " ".join(shlex.quote(x) for x in argv_used))
     except ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{len(rows)} rows from {sum(r.n for r in rows)} runs: {a.out}/report.md, {a.out}/report.csv")
+    print(f"{len(rows)} rows from {sum(r.n for r in rows)} runs: {a.out}/{a.name}.md, {a.out}/{a.name}.csv")
     return 0
 
 

@@ -8,8 +8,8 @@ import os
 from .table import Row
 
 
-def _label(row: Row) -> str:
-    parts = [str(v) for v in row.group.values()] + [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in row.setting.items()]
+def _label(row: Row, shown: list[str]) -> str:
+    parts = [str(row.group[k]) for k in shown] + [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in row.setting.items()]
     return ", ".join(parts) + f" (n={row.n})"
 
 
@@ -30,35 +30,51 @@ def _curve(row: Row, x_col: str | None) -> tuple[list[float], list[float], list[
     return x, m, s
 
 
-def plot(rows: list[Row], out_dir: str) -> list[str]:
-    """Writes ``<metric>_vs_round.png`` and ``<metric>_vs_uplink.png`` into ``out_dir``; returns their names."""
+def _panels(rows: list[Row]) -> list[tuple[str, list[Row]]]:
+    """One figure per combination of the ``--by`` keys after the first (a grid's other axis, e.g. the Dirichlet
+    alpha), so that a figure's lines compare the first key's values; the suffix names the combination."""
+    rest = list(rows[0].group)[1:]
+    panels: dict[str, list[Row]] = {}
+    for r in rows:
+        suffix = "".join(f"_{k.rsplit('.', 1)[-1]}{r.group[k]}" for k in rest)
+        panels.setdefault(suffix, []).append(r)
+    return list(panels.items())
+
+
+def plot(rows: list[Row], out_dir: str, prefix: str = "") -> list[str]:
+    """Writes ``<prefix><metric>_vs_round<suffix>.png`` and ``<prefix><metric>_vs_uplink<suffix>.png`` into
+    ``out_dir`` (a suffix per value of the second and later ``--by`` keys); returns their names."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     metric = rows[0].metric
+    first = list(rows[0].group)[:1]
     names = []
-    for x_col, xlabel, name in ((None, "round", f"{metric}_vs_round.png"),
-                                ("uplink_mb", "cumulative uplink (MB)", f"{metric}_vs_uplink.png")):
-        fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-        for row in rows:
-            x, m, s = _curve(row, x_col)
-            if not x:
-                continue
-            line, = ax.plot(x, m, label=_label(row), linewidth=1.6)
-            ax.fill_between(x, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)], color=line.get_color(),
-                            alpha=0.2, linewidth=0)
-        if x_col is None:
-            from matplotlib.ticker import MaxNLocator
-
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(f"{metric} (mean ± std over seeds)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
-        fig.tight_layout()
-        fig.savefig(os.path.join(out_dir, name))
-        plt.close(fig)
-        names.append(name)
+    for suffix, members in _panels(rows):
+        title = ", ".join(f"{k} = {members[0].group[k]}" for k in list(members[0].group)[1:])
+        for x_col, xlabel, stem in ((None, "round", "vs_round"), ("uplink_mb", "cumulative uplink (MB)", "vs_uplink")):
+            fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+            for row in members:
+                x, m, s = _curve(row, x_col)
+                if not x:
+                    continue
+                line, = ax.plot(x, m, label=_label(row, first), linewidth=1.6)
+                ax.fill_between(x, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)],
+                                color=line.get_color(), alpha=0.2, linewidth=0)
+            if x_col is None:
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"{metric} (mean ± std over seeds)")
+            if title:
+                ax.set_title(title, fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7 if len(members) > 8 else 8, loc="best")
+            fig.tight_layout()
+            name = f"{prefix}{metric}_{stem}{suffix}.png"
+            fig.savefig(os.path.join(out_dir, name))
+            plt.close(fig)
+            names.append(name)
     return names

@@ -19,7 +19,7 @@ _NAMED = {"method": "method.name", "model": "model.name", "data": "data.name", "
 # keys that never tell two settings apart (where a run went, how it was run)
 _IGNORED = ("seed", "run_dir", "resume", "force_resume", "stop_after_rounds", "overwrite", "trainer.progress",
             "trainer.threads", "trainer.devices", "trainer.num_nodes", "trainer.strategy", "checkpoint", "store",
-            "fl.eval_every", "data.eval_batch_size", "data.on_device", "tables", "logger")
+            "fl.eval_every", "data.eval_batch_size", "data.on_device", "tables", "logger", "label", "paper")
 
 
 class ReportError(FLError):
@@ -33,6 +33,7 @@ class Run:
     rows: list[dict[str, float]]
     summary: dict[str, Any] = field(default_factory=dict)
     typed: set[str] = field(default_factory=set)  # the keys of the run's command-line overrides (overrides.yaml)
+    job: int = -1  # the run's job number in its Hydra multirun (the sweep's order), -1 outside one
 
     @property
     def primary(self) -> tuple[str, str]:
@@ -40,8 +41,11 @@ class Run:
         return str(self.summary.get("primary_metric", "test_acc")), str(self.summary.get("primary_mode", "max"))
 
     def value(self, key: str) -> Any:
-        """A config value by key; ``method`` / ``model`` / ``data`` / ``partition`` are the groups' display names."""
+        """A config value by key; ``method`` / ``model`` / ``data`` / ``partition`` are the groups' display names, a
+        run without a ``label`` (an arm's name) is labelled by its method."""
         v = OmegaConf.select(self.config, _NAMED.get(key, key), default=None)
+        if key == "label" and v is None:
+            return self.value("method")
         return OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
 
     def series(self, metric: str) -> list[tuple[int, float]]:
@@ -92,19 +96,26 @@ def read_run(path: str) -> Run:
         typed = {str(o).split("=", 1)[0].lstrip("+~") for o in OmegaConf.load(os.path.join(path, "overrides.yaml"))}
     except Exception:  # noqa: BLE001 - no overrides file (a run made by the Python API): fall back to the shortest key
         pass
-    return Run(path, cfg, rows, summary, typed)
+    job = -1
+    try:
+        job = int(OmegaConf.select(OmegaConf.load(os.path.join(path, ".hydra", "hydra.yaml")), "hydra.job.num"))
+    except Exception:  # noqa: BLE001 - not a multirun job: ordered by path
+        pass
+    return Run(path, cfg, rows, summary, typed, job)
 
 
 def find_runs(paths: list[str]) -> list[Run]:
-    """Every run directory under ``paths`` (each a run or a folder of runs, e.g. a Hydra multirun), sorted by path."""
+    """Every run directory under ``paths`` (each a run or a folder of runs, e.g. a Hydra multirun): per path given,
+    a sweep's runs in its job order (the order of its grid), other runs by path."""
     found = []
-    for p in paths:
+    for i, p in enumerate(paths):
         if not os.path.isdir(p):
             raise ReportError(f"report: {p} is not a directory; fix: give run or sweep directories")
         for root, dirs, files in os.walk(p):
             dirs[:] = sorted(d for d in dirs if d not in ("checkpoints", "logs", ".hydra"))
             if "metrics.csv" in files and "config.yaml" in files:
-                found.append(root)
+                found.append((i, root))
     if not found:
         raise ReportError(f"report: no run (a folder with metrics.csv and config.yaml) under {', '.join(paths)}")
-    return [read_run(p) for p in sorted(set(found))]
+    runs = [(i, read_run(p)) for i, p in sorted(set(found))]
+    return [r for _, r in sorted(runs, key=lambda ir: (ir[0], ir[1].job, ir[1].path))]

@@ -5,6 +5,7 @@ import csv
 import math
 import os
 
+from .paper import Paper, cell_value, ordering_lines
 from .table import Row
 
 _COLS = [("final", "final {m}"), ("best", "best {m}"), ("rounds_to_target", "rounds to {t}"),
@@ -21,38 +22,57 @@ def _columns(rows: list[Row]) -> list[str]:
     return [k for k, _ in _COLS if k in rows[0].stats]
 
 
-def markdown(rows: list[Row], target: float | None, plots: list[str]) -> str:
+def markdown(rows: list[Row], target: float | None, plots: list[str], paper: Paper | None = None,
+             title: str | None = None, command: str | None = None, about: str | None = None) -> str:
+    """The report page: title, the command that wrote it, what it is about, the paper's source, the table (with the
+    paper's numbers in their own column where it has any), the notes, the paper's ordering against ours, the plots."""
     m = rows[0].metric
     by = list(rows[0].group)
     swept = sorted({k for r in rows for k in r.setting})
     select = rows[0].selected_on
+    papers = [cell_value(r, paper) if paper else None for r in rows]
     head = by + swept + ["n"] + ([f"{select} (selection)"] if select else []) + \
-        [label.format(m=m, t=target) for k, label in _COLS if k in _columns(rows)]
+        [label.format(m=m, t=target) for k, label in _COLS if k in _columns(rows)] + \
+        ([f"paper: {paper.metric or 'value'}"] if any(p is not None for p in papers) else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
+    for r, p in zip(rows, papers):
         cells = [str(r.group[k]) for k in by] + [str(r.setting.get(k, "")) for k in swept] + [str(r.n)]
         if select:
             cells.append(_fmt(*r.stats[f"selected_{select}"], 4) + f" (best of {r.candidates})")
         for k in _columns(rows):
             cells.append(_fmt(*r.stats[k], 4 if k in ("final", "best") else 1))
+        if any(x is not None for x in papers):
+            cells.append("—" if p is None else f"{p:g}")
         lines.append("| " + " | ".join(cells) + " |")
     notes = [f"Mean ± sample standard deviation over the n runs of each row (seeds); primary metric `{m}`."]
     if select:
         notes.append(f"Each row keeps the setting with the best mean final `{select}` of the settings its group swept "
                      f"(the swept keys' columns show the one kept) and reports `{m}` for it.")
-    body = "\n".join(lines) + "\n\n" + " ".join(notes) + "\n"
+    top = [f"# {title or 'Report'}\n"]
+    if command:
+        top.append(f"Written by (from the repository root):\n\n    {command}\n")
+    if about:
+        top.append(about.strip() + "\n")
+    if paper and paper.source:
+        top.append(f"Paper: {paper.source}" + (f" ({paper.metric})" if paper.metric else "") + ".\n")
+    body = "\n".join(top) + "\n" + "\n".join(lines) + "\n\n" + " ".join(notes) + "\n"
+    order = ordering_lines(rows, paper) if paper else []
+    if order:
+        body += "\n" + "\n".join(f"- {line}" for line in order) + "\n"
     if plots:
         body += "\n" + "\n".join(f"![{p[:-4]}]({p})" for p in plots) + "\n"
-    return "# Report\n\n" + body
+    return body
 
 
-def write_csv(rows: list[Row], path: str) -> None:
+def write_csv(rows: list[Row], path: str, paper: Paper | None = None) -> None:
     by = list(rows[0].group)
     swept = sorted({k for r in rows for k in r.setting})
     stats = list(rows[0].stats)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(by + swept + ["n", "metric"] + [f"{s}_{x}" for s in stats for x in ("mean", "std")] + ["runs"])
+        w.writerow(by + swept + ["n", "metric"] + [f"{s}_{x}" for s in stats for x in ("mean", "std")] + ["paper", "runs"])
         for r in rows:
+            p = cell_value(r, paper) if paper else None
             w.writerow([r.group[k] for k in by] + [r.setting.get(k, "") for k in swept] + [r.n, r.metric]
-                       + [v for s in stats for v in r.stats[s]] + [";".join(os.path.relpath(x.path) for x in r.runs)])
+                       + [v for s in stats for v in r.stats[s]] + ["" if p is None else p]
+                       + [";".join(os.path.relpath(x.path) for x in r.runs)])

@@ -1,0 +1,91 @@
+"""The paper's numbers beside ours: an experiment config's ``paper:`` block (:class:`fl_lightning.schema.Root`).
+
+    paper:
+      source: "seed 002 (FedSMU), Table 2: CIFAR-10, Dir (0.25)-H"   # where the numbers are printed
+      metric: "top-1 test accuracy (%), 4000 rounds"                # what they measure, in the paper's units
+      cells:                                                        # one per reproduced cell: the keys that pick the
+        - {method: fedavg, value: 55.2}                             # row (report keys, as --by takes them) + value
+      ordering: [fedmuon_bc, local_muon, fedavg]                    # expected order, best first, of --by's first key
+
+A cell matches a report row when each of its keys has the row's value (numbers compared to 1e-9 relative). Seed 000
+prints no numbers, only orderings: ``ordering`` states them and the report says whether ours agrees.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from .runs import ReportError
+from .table import Row
+
+
+@dataclass
+class Paper:
+    source: str = ""
+    metric: str = ""
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    ordering: list[Any] = field(default_factory=list)
+
+
+def read_paper(node: Any) -> Paper | None:
+    """The ``paper:`` block of a run's config (None: the config has none); a malformed block is one line."""
+    if node is None:
+        return None
+    block = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+    if not isinstance(block, dict):
+        raise ReportError(f"paper: expected a table (source, metric, cells, ordering), got {block!r}")
+    unknown = set(block) - {"source", "metric", "cells", "ordering"}
+    if unknown:
+        raise ReportError(f"paper.{sorted(unknown)[0]}: no such key; fix: use source, metric, cells, ordering")
+    cells = block.get("cells") or []
+    if not isinstance(cells, list):
+        raise ReportError("paper.cells: expected a list of {KEY: VALUE, ..., value: NUMBER}")
+    for i, c in enumerate(cells):
+        if not isinstance(c, dict) or not isinstance(c.get("value"), (int, float)) or isinstance(c.get("value"), bool) \
+                or len(c) < 2:
+            raise ReportError(f"paper.cells[{i}]: expected {{KEY: VALUE, ..., value: NUMBER}} (a key that picks the "
+                              f"row and the paper's number), got {c!r}")
+    ordering = block.get("ordering") or []
+    if not isinstance(ordering, list):
+        raise ReportError("paper.ordering: expected a list of the first --by key's values, best first")
+    return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), cells, ordering)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-9)
+    return str(a) == str(b)
+
+
+def cell_value(row: Row, paper: Paper) -> float | None:
+    """The paper's number for ``row`` (its first run's values of the cell's keys), or None."""
+    run = row.runs[0]
+    for c in paper.cells:
+        if all(_same(row.group.get(k, run.value(k)), v) for k, v in c.items() if k != "value"):
+            return float(c["value"])
+    return None
+
+
+def ordering_lines(rows: list[Row], paper: Paper) -> list[str]:
+    """Ours against the paper's ordering: per combination of the other ``--by`` keys, the ordered values of the first
+    key by mean final primary metric, and whether it agrees."""
+    if not paper.ordering or not rows:
+        return []
+    first = list(rows[0].group)[0]
+    sign = -1.0 if rows[0].runs[0].primary[1] == "min" else 1.0
+    expected = [str(v) for v in paper.ordering]
+    lines = [f"The paper's ordering (best first): {' > '.join(expected)}."]
+    blocks: dict[tuple, list[Row]] = {}
+    for r in rows:
+        blocks.setdefault(tuple(repr(v) for k, v in r.group.items() if k != first), []).append(r)
+    for members in blocks.values():
+        ours = sorted((r for r in members if str(r.group[first]) in expected), key=lambda r: -sign * r.stats["final"][0])
+        got = [str(r.group[first]) for r in ours]
+        want = [e for e in expected if e in got]
+        where = ", ".join(f"{k} = {v}" for k, v in members[0].group.items() if k != first)
+        lines.append(f"Ours{' at ' + where if where else ''} (mean final {rows[0].metric}): {' > '.join(got)}: "
+                     f"{'agrees' if got == want else 'differs'}.")
+    return lines
