@@ -8,7 +8,9 @@
       ordering: [fedmuon_bc, local_muon, fedavg]                    # expected order, best first, of --by's first key
 
 A cell matches a report row when each of its keys has the row's value (numbers compared to 1e-9 relative). Seed 000
-prints no numbers, only orderings: ``ordering`` states them and the report says whether ours agrees.
+prints no numbers, only orderings: ``ordering`` states them and the report says whether ours agrees. An entry of
+``ordering`` that is itself a list is a tier the paper does not order within: ``[fedmuon_bc, [fedavg, scaffold]]``
+says FedMuon beats both, and nothing about FedAvg against SCAFFOLD.
 """
 from __future__ import annotations
 
@@ -49,8 +51,9 @@ def read_paper(node: Any) -> Paper | None:
             raise ReportError(f"paper.cells[{i}]: expected {{KEY: VALUE, ..., value: NUMBER}} (a key that picks the "
                               f"row and the paper's number), got {c!r}")
     ordering = block.get("ordering") or []
-    if not isinstance(ordering, list):
-        raise ReportError("paper.ordering: expected a list of the first --by key's values, best first")
+    if not isinstance(ordering, list) or any(isinstance(t, list) and not t or isinstance(t, dict) for t in ordering):
+        raise ReportError("paper.ordering: expected a list of the first --by key's values, best first (an entry may "
+                          "be a non-empty list: a tier the paper does not order within)")
     return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), cells, ordering)
 
 
@@ -76,16 +79,20 @@ def ordering_lines(rows: list[Row], paper: Paper) -> list[str]:
         return []
     first = list(rows[0].group)[0]
     sign = -1.0 if rows[0].runs[0].primary[1] == "min" else 1.0
-    expected = [str(v) for v in paper.ordering]
-    lines = [f"The paper's ordering (best first): {' > '.join(expected)}."]
+    tiers = [[str(v) for v in t] if isinstance(t, list) else [str(t)] for t in paper.ordering]
+    tier = {v: i for i, t in enumerate(tiers) for v in t}
+    expected = [v for t in tiers for v in t]
+    shown = " > ".join(t[0] if len(t) == 1 else "{" + ", ".join(t) + "}" for t in tiers)
+    lines = [f"The paper's ordering (best first{'; {...}: not ordered within' if any(len(t) > 1 for t in tiers) else ''}"
+             f"): {shown}."]
     blocks: dict[tuple, list[Row]] = {}
     for r in rows:
         blocks.setdefault(tuple(repr(v) for k, v in r.group.items() if k != first), []).append(r)
     for members in blocks.values():
         ours = sorted((r for r in members if str(r.group[first]) in expected), key=lambda r: -sign * r.stats["final"][0])
         got = [str(r.group[first]) for r in ours]
-        want = [e for e in expected if e in got]
+        agrees = all(tier[a] <= tier[b] for a, b in zip(got, got[1:]))
         where = ", ".join(f"{k} = {v}" for k, v in members[0].group.items() if k != first)
         lines.append(f"Ours{' at ' + where if where else ''} (mean final {rows[0].metric}): {' > '.join(got)}: "
-                     f"{'agrees' if got == want else 'differs'}.")
+                     f"{'agrees' if agrees else 'differs'}.")
     return lines
