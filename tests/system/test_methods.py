@@ -160,7 +160,49 @@ def test_bytes_follow_the_options(tmp_path, name, overrides):
 def test_experiment_configs_compose(exp):
     from hydra import compose, initialize_config_dir
 
+    from fl_lightning.schema import register
+
+    register()  # the schema node 'fl_lightning' (other tests register it too; -k experiment runs only these)
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
         cfg = compose("config", overrides=[f"experiment={exp}"])
     build(cfg)
     assert cfg.fl.num_clients >= cfg.fl.clients_per_round
+    _check_paper_block(exp, cfg)
+
+
+def _method_names():
+    from omegaconf import OmegaConf
+
+    return {OmegaConf.load(f).get("name") for f in glob.glob(os.path.join(CONF, "method", "*.yaml"))}
+
+
+def _check_paper_block(exp, cfg):
+    """An experiment's ``paper:`` block (docs/reproduction.md): it reads, each cell's ``method`` (and each ordered value
+    of a ``method``-keyed report) names a method config, and its other keys select a value in the composed config, so
+    that the cell can match a report row. A cell of another partition (an ``_iid`` sibling writing into the same sweep
+    folder: ``data.partition.name: iid`` beside ``data.partition.alpha`` cells) is checked against that partition only."""
+    from omegaconf import OmegaConf
+
+    from fl_lightning.report.paper import read_paper
+
+    if cfg.get("paper") is None:
+        return
+    paper = read_paper(cfg.paper)
+    assert paper.source and paper.metric, f"{exp}: paper.source and paper.metric say where the numbers come from"
+    assert paper.cells or paper.ordering, f"{exp}: a paper block without cells or an ordering"
+    methods = _method_names()
+    partition = cfg.data.partition
+    for cell in paper.cells:
+        assert "method" not in cell or cell["method"] in methods, f"{exp}: {cell['method']} is no method config's name"
+        if cell.get("data.partition.name", partition.name) != partition.name:
+            continue  # the sibling config's column (same sweep folder)
+        if "data.partition.alpha" in cell and "alpha" not in partition:
+            continue  # a Dirichlet column seen from the _iid sibling
+        for key in cell:
+            if key not in ("value", "method", "label"):
+                assert OmegaConf.select(cfg, key) is not None, f"{exp}: cell key {key} selects nothing ({cell})"
+    hydra_cfg = OmegaConf.load(os.path.join(CONF, "experiment", f"{exp}.yaml")).get("hydra")
+    by = OmegaConf.select(hydra_cfg, "callbacks.report.by") if hydra_cfg is not None else None
+    if paper.ordering and (by is None or by[0] == "method"):
+        flat = [v for t in paper.ordering for v in (t if isinstance(t, list) else [t])]
+        assert set(flat) <= methods, f"{exp}: ordering names {set(flat) - methods}, not method configs"

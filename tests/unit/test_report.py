@@ -87,3 +87,55 @@ def test_the_command_line(sweep, tmp_path, capsys):
     assert "is not a directory" in capsys.readouterr().err
     with pytest.raises(ReportError, match="no run"):
         report([str(tmp_path / "o")], str(tmp_path / "p"))
+
+
+def _fake_run(path, method, alpha, seed, accs, paper):
+    """A run directory as the trainer writes it (config.yaml, metrics.csv, summary.json), without training."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    path.mkdir(parents=True)
+    OmegaConf.save(OmegaConf.create({"seed": seed, "method": {"name": method, "lr": 0.1},
+                                     "data": {"name": "digits", "partition": {"name": "dirichlet", "alpha": alpha}},
+                                     "paper": paper}), path / "config.yaml")
+    with open(path / "metrics.csv", "w") as f:
+        f.write("round,test_acc\n" + "".join(f"{i + 1},{a}\n" for i, a in enumerate(accs)))
+    (path / "summary.json").write_text(json.dumps({"primary_metric": "test_acc", "primary_mode": "max"}))
+
+
+def test_paper_block_puts_the_papers_numbers_beside_ours_and_checks_its_ordering(tmp_path):
+    paper = {"source": "seed 002 (FedSMU), Table 2", "metric": "top-1 test accuracy (%)",
+             "cells": [{"method": "fedsmu", "data.partition.alpha": 0.25, "value": 51.79},
+                       {"method": "fedavg", "data.partition.alpha": 0.25, "value": 42.29}],
+             "ordering": ["fedsmu", ["fedavg", "scaffold"]]}
+    final = {("fedsmu", 0.25): 0.6, ("fedavg", 0.25): 0.4, ("scaffold", 0.25): 0.5,   # agrees (fedavg vs scaffold free)
+             ("fedsmu", 0.6): 0.3, ("fedavg", 0.6): 0.5, ("scaffold", 0.6): 0.4}       # differs: fedsmu last
+    for (method, alpha), acc in final.items():
+        for seed in (0, 1):
+            _fake_run(tmp_path / "sweep" / f"{method}_{alpha}_{seed}", method, alpha, seed, [0.1, acc], paper)
+    rows = report([str(tmp_path / "sweep")], str(tmp_path / "out"), by=["method", "data.partition.alpha"], plots=False)
+    assert len(rows) == 6
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "Paper: seed 002 (FedSMU), Table 2 (top-1 test accuracy (%))." in md
+    assert next(line for line in md.splitlines() if line.startswith("| method")).endswith("| paper: top-1 test accuracy (%) |")
+    table = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line.strip("|").split("|")[-1].strip()
+             for line in md.splitlines() if line.startswith("| fed") or line.startswith("| scaffold")}
+    assert table[("fedsmu", "0.25")] == "51.79" and table[("fedavg", "0.25")] == "42.29"
+    assert table[("scaffold", "0.25")] == "—" and table[("fedsmu", "0.6")] == "—"
+    assert "The paper's ordering (best first; {...}: not ordered within): fedsmu > {fedavg, scaffold}." in md
+    assert "Ours at data.partition.alpha = 0.25 (mean final test_acc): fedsmu > scaffold > fedavg: agrees." in md
+    assert "Ours at data.partition.alpha = 0.6 (mean final test_acc): fedavg > scaffold > fedsmu: differs." in md
+    with open(tmp_path / "out" / "report.csv") as f:
+        papers = {(r["method"], r["data.partition.alpha"]): r["paper"] for r in csv.DictReader(f)}
+    assert float(papers[("fedsmu", "0.25")]) == 51.79 and papers[("scaffold", "0.25")] == ""
+
+
+def test_paper_block_errors_are_one_line():
+    from fl_lightning.report.paper import read_paper
+
+    for bad in ({"cells": [{"method": "fedavg"}]}, {"ordering": "fedavg"}, {"ordering": ["fedavg", []]},
+                {"cells": [], "table": 2}):
+        with pytest.raises(ReportError):
+            read_paper(bad)
+    assert read_paper({"source": "s", "ordering": ["a", ["b", "c"]]}).ordering == ["a", ["b", "c"]]
