@@ -201,8 +201,14 @@ def _check_paper_block(exp, cfg):
         for key in cell:
             if key not in ("value", "method", "label"):
                 assert OmegaConf.select(cfg, key) is not None, f"{exp}: cell key {key} selects nothing ({cell})"
-    hydra_cfg = OmegaConf.load(os.path.join(CONF, "experiment", f"{exp}.yaml")).get("hydra")
-    by = OmegaConf.select(hydra_cfg, "callbacks.report.by") if hydra_cfg is not None else None
-    if paper.ordering and (by is None or by[0] == "method"):
+    if not paper.ordering:
+        return
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        by = OmegaConf.select(compose("config", overrides=[f"experiment={exp}"], return_hydra_config=True),
+                              "hydra.callbacks.report.by")
+    assert by, f"{exp}: an ordering needs the report callback's by (its first key is what the ordering ranks)"
+    if by[0] == "method":
         flat = [v for t in paper.ordering for v in (t if isinstance(t, list) else [t])]
         assert set(flat) <= methods, f"{exp}: ordering names {set(flat) - methods}, not method configs"
