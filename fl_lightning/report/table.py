@@ -42,8 +42,9 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
 
 
-def run_numbers(run: Run, metric: str, target: float | None) -> dict[str, float]:
-    """Final and best ``metric``, rounds to reach ``target``, total uplink / downlink MB, wall seconds of one run."""
+def run_numbers(run: Run, metric: str, target: float | None, round_means: list[str] = ()) -> dict[str, float]:
+    """Final and best ``metric``, rounds to reach ``target``, total uplink / downlink MB, wall seconds of one run, and
+    the mean over its logged rounds of each ``round_means`` column (``mean <column>``)."""
     series = run.series(metric)
     vals = [v for _, v in series]
     best = (min if minimised(metric) else max)(vals) if vals else math.nan
@@ -54,6 +55,9 @@ def run_numbers(run: Run, metric: str, target: float | None) -> dict[str, float]
     last = run.rows[-1] if run.rows else {}
     for col in ("uplink_mb", "downlink_mb", "wall_s"):
         out[col] = last.get(col, math.nan)
+    for col in round_means:
+        vals = [v for _, v in run.series(col)]
+        out[f"mean {col}"] = statistics.fmean(vals) if vals else math.nan
     return out
 
 
@@ -81,7 +85,7 @@ def _swept(runs: list[Run], by: list[str]) -> list[str]:
 
 
 def summarize(runs: list[Run], by: list[str], select: str | None = None, target: float | None = None,
-              metric: str | None = None) -> list[Row]:
+              metric: str | None = None, round_means: list[str] = ()) -> list[Row]:
     """The report's rows, in the order the groups first appear in ``runs``."""
     if not runs:
         raise ReportError("report: no runs")
@@ -104,15 +108,15 @@ def summarize(runs: list[Run], by: list[str], select: str | None = None, target:
                                   "data.val_fraction > 0); fix: select on a metric every run has")
             score = {i: _mean_std([run_numbers(r, select, None)["final"] for r in s])[0] for i, s in enumerate(chosen)}
             pick = (min if minimised(select) else max)(score, key=lambda i: score[i])
-            rows.append(_row(group, swept, chosen[pick], metric, target, select, len(chosen)))
+            rows.append(_row(group, swept, chosen[pick], metric, target, select, len(chosen), round_means))
         else:
-            rows.extend(_row(group, swept, s, metric, target, None, 1) for s in chosen)
+            rows.extend(_row(group, swept, s, metric, target, None, 1, round_means) for s in chosen)
     return rows
 
 
-def _row(group, swept, runs, metric, target, select, candidates) -> Row:
+def _row(group, swept, runs, metric, target, select, candidates, round_means) -> Row:
     flat = runs[0].flat
-    per_run = [run_numbers(r, metric, target) for r in runs]
+    per_run = [run_numbers(r, metric, target, round_means) for r in runs]
     stats = {k: _mean_std([p[k] for p in per_run]) for k in per_run[0]}
     if select:
         stats[f"selected_{select}"] = _mean_std([run_numbers(r, select, None)["final"] for r in runs])

@@ -19,7 +19,11 @@ def _fmt(mean: float, std: float, digits: int) -> str:
 
 
 def _columns(rows: list[Row]) -> list[str]:
-    return [k for k, _ in _COLS if k in rows[0].stats]
+    return [k for k, _ in _COLS if k in rows[0].stats] + [k for k in rows[0].stats if k.startswith("mean ")]
+
+
+def _label(k: str, m: str, t: float | None) -> str:
+    return dict(_COLS).get(k, k + " over rounds").format(m=m, t=t)
 
 
 def markdown(rows: list[Row], target: float | None, plots: list[str], paper: Paper | None = None,
@@ -32,7 +36,7 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], paper: Pap
     select = rows[0].selected_on
     papers = [cell_value(r, paper) if paper else None for r in rows]
     head = by + swept + ["n"] + ([f"{select} (selection)"] if select else []) + \
-        [label.format(m=m, t=target) for k, label in _COLS if k in _columns(rows)] + \
+        [_label(k, m, target) for k in _columns(rows)] + \
         ([f"paper: {paper.metric or 'value'}"] if any(p is not None for p in papers) else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r, p in zip(rows, papers):
@@ -40,7 +44,7 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], paper: Pap
         if select:
             cells.append(_fmt(*r.stats[f"selected_{select}"], 4) + f" (best of {r.candidates})")
         for k in _columns(rows):
-            cells.append(_fmt(*r.stats[k], 4 if k in ("final", "best") else 1))
+            cells.append(_fmt(*r.stats[k], 4 if k in ("final", "best") or k.startswith("mean ") else 1))
         if any(x is not None for x in papers):
             cells.append("—" if p is None else f"{p:g}")
         lines.append("| " + " | ".join(cells) + " |")

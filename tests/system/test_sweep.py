@@ -17,13 +17,18 @@ def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
     sweep = tmp_path / "sweep"
     p = run_cli(["-m", "experiment=digits_grid", "method.lr=0.05", "seed=0,1", "fl.rounds=2", "fl.num_clients=6",
                  "fl.clients_per_round=3", "fl.local_steps=3", "trainer.progress=false", "trainer.accelerator=cpu",
-                 f"hydra.sweep.dir={sweep}"], timeout=600)
+                 f"hydra.sweep.dir={sweep}", f"hydra.callbacks.report.out={tmp_path / 'page'}"], timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     jobs = sorted(d.name for d in sweep.iterdir() if d.is_dir())
-    common = ["experiment=digits_grid", "fl.clients_per_round=3", "fl.local_steps=3", "fl.num_clients=6",
+    common = ["fl.clients_per_round=3", "fl.local_steps=3", "fl.num_clients=6",
               "fl.rounds=2", "method.lr=0.05", "trainer.accelerator=cpu"]  # Hydra sorts them by key
     want = [",".join(sorted(common + [f"method={m}", f"seed={s}"])) for m in ("fedavg", "fedavgm") for s in (0, 1)]
-    assert jobs == sorted(want), jobs  # trainer.progress, excluded from the names, is not there
+    assert jobs == sorted(want), jobs  # trainer.progress and the experiment, excluded from the names, are not there
+    # the experiment's callback wrote its page when the sweep ended: the command at the top, the runs' numbers
+    page = (tmp_path / "page" / "digits_grid.md").read_text()
+    assert page.startswith("# ") and "    python train.py -m " in page and "experiment=digits_grid" in page
+    assert f"python -m fl_lightning.report {sweep} --declared" in page
+    assert (tmp_path / "page" / "digits_grid_test_acc_vs_round.png").exists()
     from fl_lightning.report import report
 
     out = tmp_path / "report"
@@ -38,6 +43,13 @@ def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
         assert r.stats["final"] == pytest.approx((statistics.fmean(finals), statistics.stdev(finals)), abs=1e-12)
     md = (out / "report.md").read_text()
     assert "| fedavg |" in md and "| fedavgm |" in md
+    for r in rows:  # the page has the same rows (written from the same runs)
+        assert f"| {r.group['method']} | 0.05 | 2 | " in page or f"| {r.group['method']} | 2 | " in page
+    from fl_lightning.report.__main__ import main
+
+    (tmp_path / "page" / "digits_grid.md").unlink()
+    assert main([str(sweep), "--declared"]) == 0  # the page again, as the sweep declared it
+    assert (tmp_path / "page" / "digits_grid.md").read_text() == page
     import matplotlib.image as mpimg
 
     for png in ("test_acc_vs_round.png", "test_acc_vs_uplink.png"):
