@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 BASE = FAST + ["fl.rounds=1", "fl.local_steps=1"]
 VALUES = ["abc", "null", "-1", "0"]
 LABELS = {"abc", "-1", "0"}  # any non-null value names a method / model / dataset / partition in outputs
-# the documented valid values (README "Configuration"): everything else must be refused in one line
+# the documented valid values (docs/reliability.md, "Bad values"): everything else must be refused in one line
 VALID = {
     "optimizer.lr": {"0"}, "method.lr": {"0"},  # a zero step: the global model stays at its initial weights
     "optimizer.momentum": {"0"}, "method.momentum": {"0"},  # off
