@@ -288,6 +288,18 @@ def _resume_dir(cfg: DictConfig) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- run
+def task(cfg: DictConfig) -> float:
+    """``train.py``'s Hydra task: :func:`run`, returning the final value of ``objective`` (default: the primary
+    metric) for a sweeper that searches (Optuna); NaN for a run that diverged in a sweep (a failed trial)."""
+    summary = run(cfg) or {}
+    name = cfg.get("objective") or summary.get("primary_metric")
+    value = summary.get("final" if name == summary.get("primary_metric") else f"final_{name}")
+    if summary and value is None and name is not None and not summary.get("error"):
+        fail(f"config error: objective: the run logged no {name!r}; fix: name a metrics.csv column (val_* needs "
+             "data.val_fraction > 0)")
+    return float("nan") if value is None else float(value)
+
+
 def run(cfg: DictConfig) -> dict | None:
     """Build and run one job; user errors become one line on stderr and a non-zero exit."""
     from .progress import set_enabled

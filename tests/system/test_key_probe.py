@@ -31,7 +31,7 @@ VALID = {
     "seed": {"0"}, "fl.local_epochs": {"null"}, "fl.lr_min_factor": {"0"}, "fl.warmup_rounds": {"0"},
     "store.offload_dir": {"null", "abc", "-1", "0"},  # null: in memory; else a folder (relative to the cwd)
     "resume": {"null"}, "stop_after_rounds": {"null"}, "tables": {"null"},  # no lookup tables (the default)
-    "label": set(VALUES), "paper": {"null"},  # any name (null: the method's); no paper numbers (the default)
+    "label": set(VALUES), "paper": {"null"}, "objective": {"null"},  # any name (null: the method's); no paper numbers (the default)
     "checkpoint.background_mb": {"0"},  # every checkpoint written before the next round
     "checkpoint.compact": {"0"},  # never rewrite older client states
 }

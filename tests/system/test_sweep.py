@@ -67,3 +67,25 @@ def test_parallel_local_jobs_with_the_joblib_launcher(tmp_path):
     for m in ("fedavg", "fedavgm"):
         d = sweep / f"fl.clients_per_round=3,fl.local_steps=3,fl.num_clients=6,fl.rounds=2,method={m}"
         assert (d / "summary.json").exists() and len((d / "metrics.csv").read_text().splitlines()) == 3
+
+
+def test_an_optuna_search_scores_each_trial_by_its_objective(tmp_path):
+    """experiment=digits_lr_search: train.py returns each trial's final val_acc (``objective``) to Optuna, whose best
+    value is the best of the trials' own metrics.csv."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")  # the dev and sweep extras install it
+    sweep = tmp_path / "sweep"
+    p = run_cli(["-m", "experiment=digits_lr_search", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1",
+                 "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=3", "fl.local_steps=3",
+                 "trainer.progress=false", f"hydra.sweep.dir={sweep}"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    from omegaconf import OmegaConf
+
+    vals = {}
+    for d in sweep.iterdir():
+        if (d / "metrics.csv").exists():
+            with open(d / "metrics.csv") as f:
+                vals[d.name] = float(list(csv.DictReader(f))[-1]["val_acc"])
+    assert len(vals) == 3
+    best = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert best.best_value == pytest.approx(max(vals.values()), abs=1e-12)
+    assert 0.005 <= best.best_params["method.lr"] <= 0.5
