@@ -89,3 +89,17 @@ def test_an_optuna_search_scores_each_trial_by_its_objective(tmp_path):
     best = OmegaConf.load(sweep / "optimization_results.yaml")
     assert best.best_value == pytest.approx(max(vals.values()), abs=1e-12)
     assert 0.005 <= best.best_params["method.lr"] <= 0.5
+
+
+def test_a_diverged_job_leaves_its_error_and_the_sweep_goes_on(tmp_path):
+    sweep = tmp_path / "sweep"
+    p = run_cli(["-m", "method.lr=1e5,0.05", "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=3",
+                 "fl.local_steps=3", "trainer.progress=false", f"hydra.sweep.dir={sweep}"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [ln for ln in p.stderr.splitlines() if ln.startswith("error:")] == [
+        next(ln for ln in p.stderr.splitlines() if "training loss became nan at round 1" in ln)]
+    import json
+
+    done = {d.name.rsplit("=", 1)[1]: json.loads((d / "summary.json").read_text()) for d in sweep.iterdir() if d.is_dir()}
+    assert done["0.05"]["finished"] and "error" not in done["0.05"]  # the job after the diverged one ran
+    assert not done["100000.0"]["finished"] and "method.lr" in done["100000.0"]["error"]
