@@ -16,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--select", default=None, help="keep, per row, the swept setting with the best mean final value "
                     "of this metric (e.g. val_acc)")
     ap.add_argument("--target", type=float, default=None, help="report the rounds to reach this primary metric")
+    ap.add_argument("--stat", choices=("mean", "median"), default="mean", help="the final metric's mean ± std over "
+                    "seeds (default), or its median and 90th percentile (a diverged run counting as the worst)")
+    ap.add_argument("--blowup", type=float, default=None, help="a run whose final metric is worse than this counts as "
+                    "diverged, as does one that stopped early (the diverged column)")
     ap.add_argument("--out", default="report", help="output folder (default: ./report)")
     ap.add_argument("--name", default="report", help="file stem: OUT/NAME.md, OUT/NAME.csv, OUT/NAME_*.png")
     ap.add_argument("--title", default=None, help="the page's title")
@@ -24,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     try:
         rows = report(a.dirs, a.out, a.by, a.select, a.target, plots=not a.no_plots, name=a.name, title=a.title,
-                      command="python -m fl_lightning.report " + " ".join(shlex.quote(x) for x in argv_used))
+                      stat=a.stat, blowup=a.blowup, command="python -m fl_lightning.report " + " ".join(shlex.quote(x) for x in argv_used))
     except ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -8,6 +8,8 @@ command runs the grid and writes its page (``docs/results/<name>.md`` and its PN
           out: docs/results
           name: fedpac_small_scale
           by: [label]
+          stat: median        # optional: median and 90th percentile of the final metric (default: mean ± std)
+          blowup: 37.07       # optional: a final metric worse than this counts as diverged
 
 Hydra calls :meth:`ReportWhenDone.on_multirun_end` in the launching process after every job has returned (any
 launcher: basic, joblib, submitit); a single run (no ``-m``) writes nothing.
@@ -25,9 +27,9 @@ from omegaconf import DictConfig
 class ReportWhenDone(Callback):
     def __init__(self, out: str, name: str = "report", by: list[str] | None = None, select: str | None = None,
                  target: float | None = None, title: str | None = None, about: str | None = None,
-                 plots: bool = True) -> None:
+                 plots: bool = True, stat: str = "mean", blowup: float | None = None) -> None:
         self.out, self.name, self.by, self.select, self.target = out, name, list(by or ["method"]), select, target
-        self.title, self.about, self.plots = title, about, plots
+        self.title, self.about, self.plots, self.stat, self.blowup = title, about, plots, stat, blowup
 
     @staticmethod
     def command(config: DictConfig) -> str:
@@ -41,7 +43,8 @@ class ReportWhenDone(Callback):
 
         try:
             rows = report([str(config.hydra.sweep.dir)], self.out, self.by, self.select, self.target, self.plots,
-                          self.name, self.title, self.command(config), self.about)
+                          self.name, self.title, self.command(config), self.about, stat=self.stat,
+                          blowup=self.blowup)
         except ReportError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)

@@ -40,6 +40,12 @@ class Run:
         """(metric, "max" | "min"): the model's declared primary metric, from the summary (else test_acc, max)."""
         return str(self.summary.get("primary_metric", "test_acc")), str(self.summary.get("primary_mode", "max"))
 
+    @property
+    def stopped(self) -> bool:
+        """Did the run end before its last round: its summary.json says it did not finish, names an error (a
+        non-finite loss stops a run), or was never written (a run killed by its error)?"""
+        return not self.summary.get("finished", False) or "error" in self.summary
+
     def value(self, key: str) -> Any:
         """A config value by key; ``method`` / ``model`` / ``data`` / ``partition`` are the groups' display names, a
         run without a ``label`` (an arm's name) is labelled by its method."""
