@@ -52,8 +52,9 @@ def check_groups(argv: list[str], conf_dir: str) -> None:
         key, sep, val = arg.lstrip("+~").partition("=")
         if not sep or key not in GROUPS or "," in val or val in ("", "null") or val.startswith(("glob(", "range(", "choice(")):
             continue
-        names = sorted({f[:-5] for d in dirs if os.path.isdir(os.path.join(d, key))
-                        for f in os.listdir(os.path.join(d, key)) if f.endswith(".yaml")})
+        names = sorted({os.path.relpath(os.path.join(root, f), os.path.join(d, key))[:-5].replace(os.sep, "/")
+                        for d in dirs for root, _, files in os.walk(os.path.join(d, key))
+                        for f in files if f.endswith(".yaml")})
         if val not in names:
             fail(f"unknown {key} {val!r}; valid: {', '.join(names)} (files in conf/{key}/)")
 
