@@ -20,10 +20,10 @@ def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
                  f"hydra.sweep.dir={sweep}"], timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     jobs = sorted(d.name for d in sweep.iterdir() if d.is_dir())
-    common = ["experiment=digits_grid", "fl.clients_per_round=3", "fl.local_steps=3", "fl.num_clients=6",
-              "fl.rounds=2", "method.lr=0.05", "trainer.accelerator=cpu"]  # Hydra sorts them by key
+    common = ["fl.clients_per_round=3", "fl.local_steps=3", "fl.num_clients=6", "fl.rounds=2", "method.lr=0.05",
+              "trainer.accelerator=cpu"]  # Hydra sorts them by key
     want = [",".join(sorted(common + [f"method={m}", f"seed={s}"])) for m in ("fedavg", "fedavgm") for s in (0, 1)]
-    assert jobs == sorted(want), jobs  # trainer.progress, excluded from the names, is not there
+    assert jobs == sorted(want), jobs  # trainer.progress and the experiment (the sweep's own), excluded, are not there
     from fl_lightning.report import report
 
     out = tmp_path / "report"
