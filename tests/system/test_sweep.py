@@ -17,7 +17,7 @@ def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
     sweep = tmp_path / "sweep"
     p = run_cli(["-m", "experiment=digits_grid", "method.lr=0.05", "seed=0,1", "fl.rounds=2", "fl.num_clients=6",
                  "fl.clients_per_round=3", "fl.local_steps=3", "trainer.progress=false", "trainer.accelerator=cpu",
-                 f"hydra.sweep.dir={sweep}"], timeout=600)
+                 f"hydra.sweep.dir={sweep}", f"hydra.callbacks.report.out={tmp_path / 'page'}"], timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     jobs = sorted(d.name for d in sweep.iterdir() if d.is_dir())
     common = ["fl.clients_per_round=3", "fl.local_steps=3", "fl.num_clients=6", "fl.rounds=2", "method.lr=0.05",
@@ -38,6 +38,7 @@ def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
         assert r.stats["final"] == pytest.approx((statistics.fmean(finals), statistics.stdev(finals)), abs=1e-12)
     md = (out / "report.md").read_text()
     assert "| fedavg |" in md and "| fedavgm |" in md
+    assert (tmp_path / "page" / "digits_grid.md").exists()  # the callback's page, not docs/results/
     import matplotlib.image as mpimg
 
     for png in ("test_acc_vs_round.png", "test_acc_vs_uplink.png"):
