@@ -8,6 +8,8 @@ command runs the grid and writes its page (``docs/results/<name>.md`` and its PN
           out: docs/results
           name: fedpac_small_scale
           by: [label]
+          stat: median        # optional: median and 90th percentile of the final metric (default: mean ± std)
+          blowup: 37.07       # optional: a final metric worse than this counts as diverged
 
 Hydra calls :meth:`ReportWhenDone.on_multirun_end` in the launching process after every job has returned (any
 launcher: basic, joblib, submitit); a single run (no ``-m``) writes nothing.
@@ -26,9 +28,11 @@ from omegaconf import DictConfig
 class ReportWhenDone(Callback):
     def __init__(self, out: str, name: str = "report", by: list[str] | None = None, select: str | None = None,
                  target: float | None = None, title: str | None = None, about: str | None = None,
-                 plots: bool = True, round_means: list[str] | None = None) -> None:
+                 plots: bool = True, round_means: list[str] | None = None, stat: str = "mean",
+                 blowup: float | None = None) -> None:
         self.out, self.name, self.by, self.select, self.target = out, name, list(by or ["method"]), select, target
         self.title, self.about, self.plots, self.round_means = title, about, plots, list(round_means or [])
+        self.stat, self.blowup = stat, blowup
 
     @staticmethod
     def command(config: DictConfig) -> str:
@@ -43,7 +47,8 @@ class ReportWhenDone(Callback):
 
         again = f"python -m fl_lightning.report {shlex.quote(sweep_dir)} --declared   # again, from the runs on disk"
         rows = report([sweep_dir], self.out, self.by, self.select, self.target, self.plots, self.name, self.title,
-                      f"{self.command(config)}\n    {again}", self.about, self.round_means)
+                      f"{self.command(config)}\n    {again}", self.about, self.round_means, stat=self.stat,
+                      blowup=self.blowup)
         print(f"report: {len(rows)} rows from {sum(r.n for r in rows)} runs in {self.out}/{self.name}.md")
         return rows
 
