@@ -153,7 +153,7 @@ def _row(group, swept, runs, metric, target, select, candidates, stat, blowup, r
     flat = runs[0].flat
     low = minimised(metric, next((r for r in runs if r.summary), runs[0]))  # a run killed early has no summary
     per_run = [run_numbers(r, metric, target, low, round_means) for r in runs]
-    kept = [p for r, p in zip(runs, per_run) if not r.stopped] or per_run  # mean ± std: over the runs that finished
+    kept = [p for r, p in zip(runs, per_run) if not r.stopped]  # mean ± std: over the runs that finished (none: —)
     stats = {k: _mean_std([p[k] for p in kept]) for k in per_run[0]}
     if select:
         stats[f"selected_{select}"] = _mean_std([run_numbers(r, select, None)["final"] for r in runs])
