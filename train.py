@@ -14,7 +14,7 @@ CONF = os.path.join(os.path.dirname(os.path.abspath(__file__)), "conf")
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg):
-    cli.run(cfg)
+    return cli.task(cfg)  # the objective's final value, for a sweeper that searches
 
 
 if __name__ == "__main__":

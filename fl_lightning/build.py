@@ -26,7 +26,7 @@ log = logging.getLogger("fl_lightning")
 # keys that do not change results: where output goes, how it is shown, how often it is saved, how it is resumed,
 # and the process count (which changes only the float summation order)
 _NOT_RESULT = {"resume", "force_resume", "stop_after_rounds", "overwrite", "run_dir", "checkpoint", "store", "hydra",
-               "progress", "logger", "label", "paper"}
+               "progress", "logger", "label", "paper", "objective"}
 _NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads"}
 
 

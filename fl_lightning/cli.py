@@ -11,7 +11,7 @@ import sys
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from . import signals
-from .errors import ConfigError, FLError, ResumeError, StopRequested
+from .errors import ConfigError, FLError, NonFiniteLossError, ResumeError, StopRequested
 from .schema import register
 
 register()  # the schema (conf/config.yaml's first default) before Hydra composes
@@ -52,8 +52,9 @@ def check_groups(argv: list[str], conf_dir: str) -> None:
         key, sep, val = arg.lstrip("+~").partition("=")
         if not sep or key not in GROUPS or "," in val or val in ("", "null") or val.startswith(("glob(", "range(", "choice(")):
             continue
-        names = sorted({f[:-5] for d in dirs if os.path.isdir(os.path.join(d, key))
-                        for f in os.listdir(os.path.join(d, key)) if f.endswith(".yaml")})
+        names = sorted({os.path.relpath(os.path.join(root, f), os.path.join(d, key))[:-5].replace(os.sep, "/")
+                        for d in dirs for root, _, files in os.walk(os.path.join(d, key))
+                        for f in files if f.endswith(".yaml")})
         if val not in names:
             fail(f"unknown {key} {val!r}; valid: {', '.join(names)} (files in conf/{key}/)")
 
@@ -161,6 +162,17 @@ def _task_overrides() -> list[str] | None:
         return list(HydraConfig.get().overrides.task)
     except Exception:
         return None
+
+
+def _in_sweep() -> bool:
+    """Is this job one of a Hydra multirun (``-m``)?"""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    except Exception:  # noqa: BLE001 - outside a Hydra app
+        return False
 
 
 def _okey(override: str) -> str:
@@ -276,6 +288,18 @@ def _resume_dir(cfg: DictConfig) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------------- run
+def task(cfg: DictConfig) -> float:
+    """``train.py``'s Hydra task: :func:`run`, returning the final value of ``objective`` (default: the primary
+    metric) for a sweeper that searches (Optuna); NaN for a run that diverged in a sweep (a failed trial)."""
+    summary = run(cfg) or {}
+    name = cfg.get("objective") or summary.get("primary_metric")
+    value = summary.get("final" if name == summary.get("primary_metric") else f"final_{name}")
+    if summary and value is None and name is not None and not summary.get("error"):
+        fail(f"config error: objective: the run logged no {name!r}; fix: name a metrics.csv column (val_* needs "
+             "data.val_fraction > 0)")
+    return float("nan") if value is None else float(value)
+
+
 def run(cfg: DictConfig) -> dict | None:
     """Build and run one job; user errors become one line on stderr and a non-zero exit."""
     from .progress import set_enabled
@@ -336,6 +360,13 @@ def _run(cfg: DictConfig) -> dict | None:
         last = getattr(getattr(loop, "checkpointer", None), "last", None)
         fail(f"aborted by a second signal; the last checkpoint is {last or 'none'}"
              + (f"; resume with: python train.py resume={run_dir}" if last else ""), code=130)
+    except NonFiniteLossError as err:
+        if full:
+            raise
+        if _in_sweep():  # one diverged job of a sweep: its summary.json holds the error; the other jobs go on
+            print(f"error: {err}", file=sys.stderr)
+            return None
+        fail(str(err))
     except FLError as err:
         if full:
             raise

@@ -428,6 +428,10 @@ class FederatedLoop:
                 for lg in self.fabric.loggers:
                     lg.finalize("success")
                 progress.summary(summary)
+        except NonFiniteLossError as err:  # the rounds that ran stay in metrics.csv; summary.json says why it stopped
+            self.checkpointer.wait(quiet=True)
+            self.summary(error=str(err))
+            raise
         except BaseException:
             self.checkpointer.wait(quiet=True)  # one being written behind still lands (its own error only logged)
             raise
@@ -436,8 +440,8 @@ class FederatedLoop:
                 signal.signal(s, h)
         return summary
 
-    def summary(self) -> dict:
+    def summary(self, **extra) -> dict:
         return self.recorder.summary(
             method=self.strategy.name, rounds_done=self.round, rounds=self.R, finished=self.round >= self.R,
             num_params=sum(p.numel() for p in self.params.values()), config_hash=self.checkpointer.config_hash,
-            run_dir=self.run_dir)
+            run_dir=self.run_dir, **extra)

@@ -153,6 +153,9 @@ class Root:
     run_dir: Optional[str] = key(None, "the run directory (Hydra's output directory)", "path", nullable=True)
     tables: Any = key(None, "lookup tables an experiment's interpolations read (e.g. glue_lora's per-method lrs)",
                       "table", nullable=True, example="{name: value}")
+    objective: Optional[str] = key(None, "the metric whose final value train.py returns to a Hydra sweeper that "
+                                   "searches (hydra/sweeper=optuna), e.g. val_acc (null: the primary metric)", "str",
+                                   nullable=True, example="val_acc")
     label: Optional[str] = key(None, "the run's name in reports (an experiment's arm, conf/arm/, sets it)", "str",
                                nullable=True, example="FedPAC-SOAP, beta 0.9")
     paper: Any = key(None, "the numbers the paper reports for an experiment's cells, shown by fl-report beside ours "

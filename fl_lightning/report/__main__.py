@@ -16,14 +16,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--select", default=None, help="keep, per row, the swept setting with the best mean final value "
                     "of this metric (e.g. val_acc)")
     ap.add_argument("--target", type=float, default=None, help="report the rounds to reach this primary metric")
+    ap.add_argument("--stat", choices=("mean", "median"), default="mean", help="the final metric's mean ± std over "
+                    "seeds (default), or its median and 90th percentile (a diverged run counting as the worst)")
+    ap.add_argument("--blowup", type=float, default=None, help="a run whose final metric is worse than this counts as "
+                    "diverged, as does one that stopped early (the diverged column)")
     ap.add_argument("--out", default="report", help="output folder (default: ./report)")
+    ap.add_argument("--round-means", nargs="+", default=[], metavar="COLUMN",
+                    help="metrics.csv columns reported as their mean over each run's rounds (e.g. precond_drift)")
     ap.add_argument("--name", default="report", help="file stem: OUT/NAME.md, OUT/NAME.csv, OUT/NAME_*.png")
     ap.add_argument("--title", default=None, help="the page's title")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--declared", action="store_true", help="write again the page a sweep's experiment declares "
+                    "(hydra.callbacks.report in DIR/multirun.yaml), from the runs on disk; other options are ignored")
     argv_used = sys.argv[1:] if argv is None else argv
     a = ap.parse_args(argv)
     try:
+        if a.declared:
+            from .callback import declared
+
+            for d in a.dirs:
+                declared(d)
+            return 0
         rows = report(a.dirs, a.out, a.by, a.select, a.target, plots=not a.no_plots, name=a.name, title=a.title,
+                      round_means=a.round_means, stat=a.stat, blowup=a.blowup,
                       command="python -m fl_lightning.report " + " ".join(shlex.quote(x) for x in argv_used))
     except ReportError as err:
         print(f"error: {err}", file=sys.stderr)

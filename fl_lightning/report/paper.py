@@ -6,11 +6,11 @@
       cells:                                                        # one per reproduced cell: the keys that pick the
         - {method: fedavg, value: 55.2}                             # row (report keys, as --by takes them) + value
       ordering: [fedmuon_bc, local_muon, fedavg]                    # expected order, best first, of --by's first key
+                                                                    # (a list in it: a tier, its order not stated:
+                                                                    # [fedmuon, [fedavg, scaffold]] = fedmuon above both)
 
 A cell matches a report row when each of its keys has the row's value (numbers compared to 1e-9 relative). Seed 000
-prints no numbers, only orderings: ``ordering`` states them and the report says whether ours agrees. An entry of
-``ordering`` that is itself a list is a tier the paper does not order within: ``[fedmuon_bc, [fedavg, scaffold]]``
-says FedMuon beats both, and nothing about FedAvg against SCAFFOLD.
+prints no numbers, only orderings: ``ordering`` states them and the report says whether ours agrees.
 """
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def read_paper(node: Any) -> Paper | None:
             raise ReportError(f"paper.cells[{i}]: expected {{KEY: VALUE, ..., value: NUMBER}} (a key that picks the "
                               f"row and the paper's number), got {c!r}")
     ordering = block.get("ordering") or []
-    if not isinstance(ordering, list) or any(isinstance(t, list) and not t or isinstance(t, dict) for t in ordering):
-        raise ReportError("paper.ordering: expected a list of the first --by key's values, best first (an entry may "
-                          "be a non-empty list: a tier the paper does not order within)")
+    if not isinstance(ordering, list) or any(isinstance(t, list) and not t for t in ordering):
+        raise ReportError("paper.ordering: expected a list of the first --by key's values (or of lists of them, tiers "
+                          "whose order is not stated), best first")
     return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), cells, ordering)
 
 
@@ -74,25 +74,25 @@ def cell_value(row: Row, paper: Paper) -> float | None:
 
 def ordering_lines(rows: list[Row], paper: Paper) -> list[str]:
     """Ours against the paper's ordering: per combination of the other ``--by`` keys, the ordered values of the first
-    key by mean final primary metric, and whether it agrees."""
+    key by mean (or median) final primary metric, and whether it agrees: no value ranked above one of an earlier tier."""
     if not paper.ordering or not rows:
         return []
     first = list(rows[0].group)[0]
     sign = -1.0 if rows[0].runs[0].primary[1] == "min" else 1.0
     tiers = [[str(v) for v in t] if isinstance(t, list) else [str(t)] for t in paper.ordering]
     tier = {v: i for i, t in enumerate(tiers) for v in t}
-    expected = [v for t in tiers for v in t]
-    shown = " > ".join(t[0] if len(t) == 1 else "{" + ", ".join(t) + "}" for t in tiers)
-    lines = [f"The paper's ordering (best first{'; {...}: not ordered within' if any(len(t) > 1 for t in tiers) else ''}"
-             f"): {shown}."]
+    shown = [t[0] if len(t) == 1 else "{" + ", ".join(t) + "}" for t in tiers]
+    lines = [f"The paper's ordering (best first{'; braces: order not stated' if len(shown) < len(tier) else ''}): "
+             f"{' > '.join(shown)}."]
     blocks: dict[tuple, list[Row]] = {}
     for r in rows:
         blocks.setdefault(tuple(repr(v) for k, v in r.group.items() if k != first), []).append(r)
+    stat = "median" if "median" in rows[0].stats else "mean"
     for members in blocks.values():
-        ours = sorted((r for r in members if str(r.group[first]) in expected), key=lambda r: -sign * r.stats["final"][0])
+        ours = sorted((r for r in members if str(r.group[first]) in tier), key=lambda r: -sign * r.center)
         got = [str(r.group[first]) for r in ours]
         agrees = all(tier[a] <= tier[b] for a, b in zip(got, got[1:]))
         where = ", ".join(f"{k} = {v}" for k, v in members[0].group.items() if k != first)
-        lines.append(f"Ours{' at ' + where if where else ''} (mean final {rows[0].metric}): {' > '.join(got)}: "
+        lines.append(f"Ours{' at ' + where if where else ''} ({stat} final {rows[0].metric}): {' > '.join(got)}: "
                      f"{'agrees' if agrees else 'differs'}.")
     return lines

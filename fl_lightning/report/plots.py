@@ -30,6 +30,12 @@ def _curve(row: Row, x_col: str | None) -> tuple[list[float], list[float], list[
     return x, m, s
 
 
+def _spread(rows: list[Row]) -> float:
+    """The ratio of the largest to the smallest total uplink among ``rows``."""
+    ups = [r.stats["uplink_mb"][0] for r in rows if r.stats.get("uplink_mb", (0,))[0] > 0]
+    return max(ups) / min(ups) if ups else 1.0
+
+
 def _panels(rows: list[Row]) -> list[tuple[str, list[Row]]]:
     """One figure per combination of the ``--by`` keys after the first (a grid's other axis, e.g. the Dirichlet
     alpha), so that a figure's lines compare the first key's values; the suffix names the combination."""
@@ -66,6 +72,9 @@ def plot(rows: list[Row], out_dir: str, prefix: str = "") -> list[str]:
                                 color=line.get_color(), alpha=0.2, linewidth=0)
             if x_col is None:
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            elif _spread(members) > 10:  # e.g. 1-bit signs beside dense fp32 deltas: a log axis shows both
+                ax.set_xscale("log")
+                xlabel += ", log scale"
             ax.set_xlabel(xlabel)
             ax.set_ylabel(f"{metric} (mean ± std over seeds)")
             if title:

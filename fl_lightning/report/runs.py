@@ -40,6 +40,12 @@ class Run:
         """(metric, "max" | "min"): the model's declared primary metric, from the summary (else test_acc, max)."""
         return str(self.summary.get("primary_metric", "test_acc")), str(self.summary.get("primary_mode", "max"))
 
+    @property
+    def stopped(self) -> bool:
+        """Did the run end before its last round: its summary.json says it did not finish, names an error (a
+        non-finite loss stops a run), or was never written (a run killed by its error)?"""
+        return not self.summary.get("finished", False) or "error" in self.summary
+
     def value(self, key: str) -> Any:
         """A config value by key; ``method`` / ``model`` / ``data`` / ``partition`` are the groups' display names, a
         run without a ``label`` (an arm's name) is labelled by its method."""
@@ -76,11 +82,14 @@ def _float(v: str) -> float:
 
 
 def read_run(path: str) -> Run:
-    """One run directory (it has ``metrics.csv`` and ``config.yaml``)."""
+    """One run directory (``config.yaml`` and ``metrics.csv``; a run that stopped in its first round has
+    ``summary.json`` instead of ``metrics.csv``)."""
     try:
         cfg = OmegaConf.load(os.path.join(path, "config.yaml"))
-        with open(os.path.join(path, "metrics.csv"), newline="") as f:
-            rows = [{k: _float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+        rows = []
+        if os.path.exists(os.path.join(path, "metrics.csv")) or not os.path.exists(os.path.join(path, "summary.json")):
+            with open(os.path.join(path, "metrics.csv"), newline="") as f:
+                rows = [{k: _float(v) for k, v in r.items()} for r in csv.DictReader(f)]
     except Exception as err:  # noqa: BLE001 - any unreadable file: one line naming it
         raise ReportError(f"report: cannot read the run in {path} ({type(err).__name__}: "
                           f"{str(err).splitlines()[0] if str(err) else ''})") from None
@@ -113,7 +122,7 @@ def find_runs(paths: list[str]) -> list[Run]:
             raise ReportError(f"report: {p} is not a directory; fix: give run or sweep directories")
         for root, dirs, files in os.walk(p):
             dirs[:] = sorted(d for d in dirs if d not in ("checkpoints", "logs", ".hydra"))
-            if "metrics.csv" in files and "config.yaml" in files:
+            if "config.yaml" in files and ("metrics.csv" in files or "summary.json" in files):
                 found.append((i, root))
     if not found:
         raise ReportError(f"report: no run (a folder with metrics.csv and config.yaml) under {', '.join(paths)}")

@@ -4,7 +4,10 @@ A *group* is the runs sharing the ``--by`` keys' values (default: the method). W
 seed whose values differ between runs (a swept ``method.lr``) make *settings*. Without ``--select`` every setting is
 its own row; with ``--select METRIC`` the setting with the best mean final METRIC over its seeds is kept (max, or min
 for a loss / perplexity) and reported on the primary metric: the papers' "tuned on the grid", done on held-out data
-when METRIC is a ``val_*`` metric (``data.val_fraction``). Mean and sample standard deviation (n - 1) over seeds.
+when METRIC is a ``val_*`` metric (``data.val_fraction``). Mean and sample standard deviation (n - 1) over seeds;
+with ``stat="median"`` the median and the 90th percentile of the final value instead (a run that stopped early
+counting as the worst value, +inf for a minimised metric). A row counts its runs that *diverged*: stopped before
+their last round (:attr:`Run.stopped`: a non-finite loss) or, with ``blowup``, finished worse than it.
 """
 from __future__ import annotations
 
@@ -16,7 +19,10 @@ from typing import Any
 from .runs import ReportError, Run
 
 
-def minimised(metric: str) -> bool:
+def minimised(metric: str, run: Run | None = None) -> bool:
+    """Lower is better: the run's declared mode for its primary metric (``grad_norm`` is min), else by the name."""
+    if run is not None and "primary_mode" in run.summary and metric == run.primary[0]:
+        return run.primary[1] == "min"
     return any(s in metric for s in ("loss", "ppl", "perplexity", "error"))
 
 
@@ -29,6 +35,13 @@ class Row:
     stats: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (mean, std)
     selected_on: str | None = None
     candidates: int = 1                         # settings the selection chose from
+    diverged: int = 0                           # runs that stopped early or ended worse than ``blowup``
+    blowup: float | None = None
+
+    @property
+    def center(self) -> float:
+        """The row's final primary metric as ``stat`` summarises it (the mean, or the median)."""
+        return self.stats["median"][0] if "median" in self.stats else self.stats["final"][0]
 
     @property
     def n(self) -> int:
@@ -42,18 +55,38 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
 
 
-def run_numbers(run: Run, metric: str, target: float | None) -> dict[str, float]:
-    """Final and best ``metric``, rounds to reach ``target``, total uplink / downlink MB, wall seconds of one run."""
+def quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile, linear between order statistics (numpy's default); an infinite neighbour wins."""
+    xs = sorted(v for v in values if not math.isnan(v))
+    if not xs:
+        return math.nan
+    pos = q * (len(xs) - 1)
+    lo = math.floor(pos)
+    a, b, frac = xs[lo], xs[min(lo + 1, len(xs) - 1)], pos - lo
+    if frac == 0 or a == b or math.isinf(a):
+        return a
+    return b if math.isinf(b) else a + (b - a) * frac
+
+
+def run_numbers(run: Run, metric: str, target: float | None, low: bool | None = None,
+                round_means: list[str] = ()) -> dict[str, float]:
+    """Final and best ``metric``, rounds to reach ``target``, total uplink / downlink MB, wall seconds of one run, and
+    the mean over its logged rounds of each ``round_means`` column (``mean <column>``); ``low``: lower is better
+    (None: :func:`minimised`)."""
     series = run.series(metric)
     vals = [v for _, v in series]
-    best = (min if minimised(metric) else max)(vals) if vals else math.nan
+    low = minimised(metric, run) if low is None else low
+    best = (min if low else max)(vals) if vals else math.nan
     out = {"final": vals[-1] if vals else math.nan, "best": best}
     if target is not None:
-        hit = [r for r, v in series if (v <= target if minimised(metric) else v >= target)]
+        hit = [r for r, v in series if (v <= target if low else v >= target)]
         out["rounds_to_target"] = float(hit[0]) if hit else math.nan
     last = run.rows[-1] if run.rows else {}
     for col in ("uplink_mb", "downlink_mb", "wall_s"):
         out[col] = last.get(col, math.nan)
+    for col in round_means:
+        vals = [v for _, v in run.series(col)]
+        out[f"mean {col}"] = statistics.fmean(vals) if vals else math.nan
     return out
 
 
@@ -81,11 +114,16 @@ def _swept(runs: list[Run], by: list[str]) -> list[str]:
 
 
 def summarize(runs: list[Run], by: list[str], select: str | None = None, target: float | None = None,
-              metric: str | None = None) -> list[Row]:
-    """The report's rows, in the order the groups first appear in ``runs``."""
+              metric: str | None = None, round_means: list[str] = (), stat: str = "mean",
+              blowup: float | None = None) -> list[Row]:
+    """The report's rows, in the order the groups first appear in ``runs``; ``stat``: ``mean`` (± std) or
+    ``median`` (and 90th percentile) of the final metric; ``blowup``: a final metric worse than this is a divergence;
+    ``round_means``: columns reported as their mean over each run's rounds."""
     if not runs:
         raise ReportError("report: no runs")
-    metric = metric or runs[0].primary[0]
+    if stat not in ("mean", "median"):
+        raise ReportError(f"report: --stat {stat}: expected mean or median")
+    metric = metric or next((r for r in runs if r.summary), runs[0]).primary[0]  # a run killed early has no summary
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
         groups.setdefault(tuple(repr(r.value(k)) for k in by), []).append(r)
@@ -103,17 +141,27 @@ def summarize(runs: list[Run], by: list[str], select: str | None = None, target:
                 raise ReportError(f"report: --select {select}: some runs never logged it (val_* needs "
                                   "data.val_fraction > 0); fix: select on a metric every run has")
             score = {i: _mean_std([run_numbers(r, select, None)["final"] for r in s])[0] for i, s in enumerate(chosen)}
-            pick = (min if minimised(select) else max)(score, key=lambda i: score[i])
-            rows.append(_row(group, swept, chosen[pick], metric, target, select, len(chosen)))
+            pick = (min if minimised(select, members[0]) else max)(score, key=lambda i: score[i])
+            rows.append(_row(group, swept, chosen[pick], metric, target, select, len(chosen), stat, blowup,
+                             round_means))
         else:
-            rows.extend(_row(group, swept, s, metric, target, None, 1) for s in chosen)
+            rows.extend(_row(group, swept, s, metric, target, None, 1, stat, blowup, round_means) for s in chosen)
     return rows
 
 
-def _row(group, swept, runs, metric, target, select, candidates) -> Row:
+def _row(group, swept, runs, metric, target, select, candidates, stat, blowup, round_means) -> Row:
     flat = runs[0].flat
-    per_run = [run_numbers(r, metric, target) for r in runs]
-    stats = {k: _mean_std([p[k] for p in per_run]) for k in per_run[0]}
+    low = minimised(metric, next((r for r in runs if r.summary), runs[0]))  # a run killed early has no summary
+    per_run = [run_numbers(r, metric, target, low, round_means) for r in runs]
+    kept = [p for r, p in zip(runs, per_run) if not r.stopped]  # mean ± std: over the runs that finished (none: —)
+    stats = {k: _mean_std([p[k] for p in kept]) for k in per_run[0]}
     if select:
         stats[f"selected_{select}"] = _mean_std([run_numbers(r, select, None)["final"] for r in runs])
-    return Row(group, {k: flat.get(k) for k in swept}, runs, metric, stats, select, candidates)
+    worse = (lambda v: v > blowup if low else v < blowup) if blowup is not None else (lambda v: False)
+    down = [r.stopped or worse(p["final"]) for r, p in zip(runs, per_run)]
+    if stat == "median":  # a diverged run is the worst value; the mean's final and best columns give way
+        finals = [(math.inf if low else -math.inf) if d else p["final"] for d, p in zip(down, per_run)]
+        del stats["final"], stats["best"]
+        stats = {"median": (quantile(finals, 0.5), math.nan), "p90": (quantile(finals, 0.9), math.nan), **stats}
+    return Row(group, {k: flat.get(k) for k in swept}, runs, metric, stats, select, candidates,
+               sum(down), blowup)

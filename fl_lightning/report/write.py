@@ -1,4 +1,5 @@
-"""``report.md`` (rounded, mean ± std) and ``report.csv`` (unrounded, mean and std in their own columns)."""
+"""``report.md`` (rounded, mean ± std) and ``report.csv`` (unrounded, mean and std in their own columns; a median or
+a percentile in one column)."""
 from __future__ import annotations
 
 import csv
@@ -8,18 +9,23 @@ import os
 from .paper import Paper, cell_value, ordering_lines
 from .table import Row
 
-_COLS = [("final", "final {m}"), ("best", "best {m}"), ("rounds_to_target", "rounds to {t}"),
+_COLS = [("final", "final {m}"), ("best", "best {m}"), ("median", "median final {m}"), ("p90", "90th pct final {m}"),
+         ("rounds_to_target", "rounds to {t}"),
          ("uplink_mb", "uplink MB"), ("downlink_mb", "downlink MB"), ("wall_s", "wall s")]
 
 
 def _fmt(mean: float, std: float, digits: int) -> str:
     if math.isnan(mean):
         return "—"
-    return f"{mean:.{digits}f} ± {std:.{digits}f}"
+    return f"{mean:.{digits}f}" if math.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"  # nan: one number
 
 
 def _columns(rows: list[Row]) -> list[str]:
-    return [k for k, _ in _COLS if k in rows[0].stats]
+    return [k for k, _ in _COLS if k in rows[0].stats] + [k for k in rows[0].stats if k.startswith("mean ")]
+
+
+def _label(k: str, m: str, t: float | None) -> str:
+    return dict(_COLS).get(k, k + " over rounds").format(m=m, t=t)
 
 
 def markdown(rows: list[Row], target: float | None, plots: list[str], paper: Paper | None = None,
@@ -31,8 +37,10 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], paper: Pap
     swept = sorted({k for r in rows for k in r.setting})
     select = rows[0].selected_on
     papers = [cell_value(r, paper) if paper else None for r in rows]
+    diverged = any(r.diverged for r in rows)
     head = by + swept + ["n"] + ([f"{select} (selection)"] if select else []) + \
-        [label.format(m=m, t=target) for k, label in _COLS if k in _columns(rows)] + \
+        [_label(k, m, target) for k in _columns(rows)] + \
+        (["diverged"] if diverged else []) + \
         ([f"paper: {paper.metric or 'value'}"] if any(p is not None for p in papers) else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r, p in zip(rows, papers):
@@ -40,11 +48,22 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], paper: Pap
         if select:
             cells.append(_fmt(*r.stats[f"selected_{select}"], 4) + f" (best of {r.candidates})")
         for k in _columns(rows):
-            cells.append(_fmt(*r.stats[k], 4 if k in ("final", "best") else 1))
+            cells.append(_fmt(*r.stats[k], 4 if k in ("final", "best", "median", "p90") or k.startswith("mean ") else 1))
+        if diverged:
+            cells.append(f"{r.diverged}/{r.n}")
         if any(x is not None for x in papers):
             cells.append("—" if p is None else f"{p:g}")
         lines.append("| " + " | ".join(cells) + " |")
-    notes = [f"Mean ± sample standard deviation over the n runs of each row (seeds); primary metric `{m}`."]
+    if "median" in rows[0].stats:
+        notes = [f"Median and 90th percentile (linear between order statistics) of the final `{m}` over the n runs of "
+                 "each row (seeds), a diverged run counting as the worst value; other columns mean ± sample standard "
+                 "deviation."]
+    else:
+        notes = [f"Mean ± sample standard deviation over the n runs of each row (seeds); primary metric `{m}`."]
+    if diverged:
+        notes.append("`diverged`: runs that stopped before their last round (a non-finite loss)"
+                     + (f" or ended worse than {rows[0].blowup:g}" if rows[0].blowup is not None else "")
+                     + ("; the mean and std are over the runs that finished" if "final" in rows[0].stats else "") + ".")
     if select:
         notes.append(f"Each row keeps the setting with the best mean final `{select}` of the settings its group swept "
                      f"(the swept keys' columns show the one kept) and reports `{m}` for it.")
@@ -68,11 +87,14 @@ def write_csv(rows: list[Row], path: str, paper: Paper | None = None) -> None:
     by = list(rows[0].group)
     swept = sorted({k for r in rows for k in r.setting})
     stats = list(rows[0].stats)
+    one = {s for s in stats if s in ("median", "p90")}  # a single number (its "std" is nan)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(by + swept + ["n", "metric"] + [f"{s}_{x}" for s in stats for x in ("mean", "std")] + ["paper", "runs"])
+        w.writerow(by + swept + ["n", "metric"] + [s if s in one else f"{s}_{x}" for s in stats for x in ("mean", "std")
+                                                   if s not in one or x == "mean"] + ["diverged", "paper", "runs"])
         for r in rows:
             p = cell_value(r, paper) if paper else None
             w.writerow([r.group[k] for k in by] + [r.setting.get(k, "") for k in swept] + [r.n, r.metric]
-                       + [v for s in stats for v in r.stats[s]] + ["" if p is None else p]
+                       + [v for s in stats for v in (r.stats[s][:1] if s in one else r.stats[s])]
+                       + [r.diverged, "" if p is None else p]
                        + [";".join(os.path.relpath(x.path) for x in r.runs)])

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 BASE = FAST + ["fl.rounds=1", "fl.local_steps=1"]
 VALUES = ["abc", "null", "-1", "0"]
 LABELS = {"abc", "-1", "0"}  # any non-null value names a method / model / dataset / partition in outputs
-# the documented valid values (README "Configuration"): everything else must be refused in one line
+# the documented valid values (docs/reliability.md, "Bad values"): everything else must be refused in one line
 VALID = {
     "optimizer.lr": {"0"}, "method.lr": {"0"},  # a zero step: the global model stays at its initial weights
     "optimizer.momentum": {"0"}, "method.momentum": {"0"},  # off
@@ -31,7 +31,7 @@ VALID = {
     "seed": {"0"}, "fl.local_epochs": {"null"}, "fl.lr_min_factor": {"0"}, "fl.warmup_rounds": {"0"},
     "store.offload_dir": {"null", "abc", "-1", "0"},  # null: in memory; else a folder (relative to the cwd)
     "resume": {"null"}, "stop_after_rounds": {"null"}, "tables": {"null"},  # no lookup tables (the default)
-    "label": set(VALUES), "paper": {"null"},  # any name (null: the method's); no paper numbers (the default)
+    "label": set(VALUES), "paper": {"null"}, "objective": {"null"},  # any name (null: the method's); no paper numbers (the default)
     "checkpoint.background_mb": {"0"},  # every checkpoint written before the next round
     "checkpoint.compact": {"0"},  # never rewrite older client states
 }

@@ -17,13 +17,18 @@ def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
     sweep = tmp_path / "sweep"
     p = run_cli(["-m", "experiment=digits_grid", "method.lr=0.05", "seed=0,1", "fl.rounds=2", "fl.num_clients=6",
                  "fl.clients_per_round=3", "fl.local_steps=3", "trainer.progress=false", "trainer.accelerator=cpu",
-                 f"hydra.sweep.dir={sweep}"], timeout=600)
+                 f"hydra.sweep.dir={sweep}", f"hydra.callbacks.report.out={tmp_path / 'page'}"], timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     jobs = sorted(d.name for d in sweep.iterdir() if d.is_dir())
-    common = ["experiment=digits_grid", "fl.clients_per_round=3", "fl.local_steps=3", "fl.num_clients=6",
+    common = ["fl.clients_per_round=3", "fl.local_steps=3", "fl.num_clients=6",
               "fl.rounds=2", "method.lr=0.05", "trainer.accelerator=cpu"]  # Hydra sorts them by key
     want = [",".join(sorted(common + [f"method={m}", f"seed={s}"])) for m in ("fedavg", "fedavgm") for s in (0, 1)]
-    assert jobs == sorted(want), jobs  # trainer.progress, excluded from the names, is not there
+    assert jobs == sorted(want), jobs  # trainer.progress and the experiment, excluded from the names, are not there
+    # the experiment's callback wrote its page when the sweep ended: the command at the top, the runs' numbers
+    page = (tmp_path / "page" / "digits_grid.md").read_text()
+    assert page.startswith("# ") and "    python train.py -m " in page and "experiment=digits_grid" in page
+    assert f"python -m fl_lightning.report {sweep} --declared" in page
+    assert (tmp_path / "page" / "digits_grid_test_acc_vs_round.png").exists()
     from fl_lightning.report import report
 
     out = tmp_path / "report"
@@ -38,6 +43,13 @@ def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
         assert r.stats["final"] == pytest.approx((statistics.fmean(finals), statistics.stdev(finals)), abs=1e-12)
     md = (out / "report.md").read_text()
     assert "| fedavg |" in md and "| fedavgm |" in md
+    for r in rows:  # the page has the same rows (written from the same runs)
+        assert f"| {r.group['method']} | 0.05 | 2 | " in page or f"| {r.group['method']} | 2 | " in page
+    from fl_lightning.report.__main__ import main
+
+    (tmp_path / "page" / "digits_grid.md").unlink()
+    assert main([str(sweep), "--declared"]) == 0  # the page again, as the sweep declared it
+    assert (tmp_path / "page" / "digits_grid.md").read_text() == page
     import matplotlib.image as mpimg
 
     for png in ("test_acc_vs_round.png", "test_acc_vs_uplink.png"):
@@ -55,3 +67,39 @@ def test_parallel_local_jobs_with_the_joblib_launcher(tmp_path):
     for m in ("fedavg", "fedavgm"):
         d = sweep / f"fl.clients_per_round=3,fl.local_steps=3,fl.num_clients=6,fl.rounds=2,method={m}"
         assert (d / "summary.json").exists() and len((d / "metrics.csv").read_text().splitlines()) == 3
+
+
+def test_an_optuna_search_scores_each_trial_by_its_objective(tmp_path):
+    """experiment=digits_lr_search: train.py returns each trial's final val_acc (``objective``) to Optuna, whose best
+    value is the best of the trials' own metrics.csv."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")  # the dev and sweep extras install it
+    sweep = tmp_path / "sweep"
+    p = run_cli(["-m", "experiment=digits_lr_search", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1",
+                 "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=3", "fl.local_steps=3",
+                 "trainer.progress=false", f"hydra.sweep.dir={sweep}"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    from omegaconf import OmegaConf
+
+    vals = {}
+    for d in sweep.iterdir():
+        if (d / "metrics.csv").exists():
+            with open(d / "metrics.csv") as f:
+                vals[d.name] = float(list(csv.DictReader(f))[-1]["val_acc"])
+    assert len(vals) == 3
+    best = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert best.best_value == pytest.approx(max(vals.values()), abs=1e-12)
+    assert 0.005 <= best.best_params["method.lr"] <= 0.5
+
+
+def test_a_diverged_job_leaves_its_error_and_the_sweep_goes_on(tmp_path):
+    sweep = tmp_path / "sweep"
+    p = run_cli(["-m", "method.lr=1e5,0.05", "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=3",
+                 "fl.local_steps=3", "trainer.progress=false", f"hydra.sweep.dir={sweep}"], timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [ln for ln in p.stderr.splitlines() if ln.startswith("error:")] == [
+        next(ln for ln in p.stderr.splitlines() if "training loss became nan at round 1" in ln)]
+    import json
+
+    done = {d.name.rsplit("=", 1)[1]: json.loads((d / "summary.json").read_text()) for d in sweep.iterdir() if d.is_dir()}
+    assert done["0.05"]["finished"] and "error" not in done["0.05"]  # the job after the diverged one ran
+    assert not done["100000.0"]["finished"] and "method.lr" in done["100000.0"]["error"]

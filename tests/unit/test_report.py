@@ -89,19 +89,152 @@ def test_the_command_line(sweep, tmp_path, capsys):
         report([str(tmp_path / "o")], str(tmp_path / "p"))
 
 
-def _fake_run(path, method, alpha, seed, accs, paper):
+# ---------------------------------------------------------------- fake run directories (no training)
+def _fake_run(path, label, seed, finals, finished=True, summary=True, paper=None, error=None):
+    """A run directory as a run leaves it: ``grad_norm`` (the primary metric, minimised) per round ending at
+    ``finals[-1]``, with its summary.json (``finished``; an ``error`` as a non-finite loss leaves) or none."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    path.mkdir(parents=True)
+    cfg = {"seed": seed, "label": label, "method": {"name": "fedavg"}, "fl": {"rounds": 3}}
+    if paper:
+        cfg["paper"] = paper
+    OmegaConf.save(OmegaConf.create(cfg), path / "config.yaml")
+    with open(path / "metrics.csv", "w") as f:
+        f.write("round,grad_norm,uplink_mb,downlink_mb,wall_s\n")
+        for i, g in enumerate(finals):
+            f.write(f"{i + 1},{g},{i + 1},{2 * (i + 1)},{i + 0.5}\n")
+    if summary:
+        s = {"primary_metric": "grad_norm", "primary_mode": "min", "finished": finished, "rounds_done": len(finals)}
+        if error:
+            s["error"] = error
+        (path / "summary.json").write_text(json.dumps(s))
+
+
+@pytest.fixture()
+def fakes(tmp_path):
+    """Three labels x five seeds: A ends at 1, 2, 4, 3 and one run stopped on a non-finite loss (no summary.json);
+    B at 0.5 .. 4.5; C at 1, 2, 3, 100 (finished, above the blow-up 37) and 5."""
+    root = tmp_path / "sweep"
+    for s, g in enumerate([1.0, 2.0, 4.0, 3.0]):
+        _fake_run(root / f"a_s{s}", "A", s, [9.0, g, g])
+    _fake_run(root / "a_s4", "A", 4, [9.0, 7.0], summary=False)
+    for s, g in enumerate([0.5, 1.5, 2.5, 3.5, 4.5]):
+        _fake_run(root / f"b_s{s}", "B", s, [8.0, 0.25, g])  # its best (0.25) is not its final
+    for s, g in enumerate([1.0, 2.0, 3.0, 100.0, 5.0]):
+        _fake_run(root / f"c_s{s}", "C", s, [9.0, g, g], error=None)
+    return root
+
+
+def test_quantile_is_linear_between_order_statistics_and_an_infinite_neighbour_wins():
+    from fl_lightning.report.table import quantile
+
+    assert quantile([3.0, 1.0, 2.0, 5.0, 4.0], 0.5) == 3.0
+    assert quantile([0.5, 1.5, 2.5, 3.5, 4.5], 0.9) == pytest.approx(4.1)  # pos 0.9 * 4 = 3.6: 3.5 + 0.6 * 1
+    assert quantile([1.0, 2.0], 0.5) == 1.5
+    assert quantile([1.0, 2.0, 3.0, 4.0, math.inf], 0.9) == math.inf
+    assert quantile([1.0, 2.0, 3.0, 4.0, math.inf], 0.5) == 3.0
+    assert quantile([1.0, math.nan], 0.5) == 1.0 and math.isnan(quantile([], 0.5))
+
+
+def test_median_and_90th_percentile_with_diverged_runs_as_the_worst(fakes, tmp_path):
+    rows = report([str(fakes)], str(tmp_path), by=["label"], stat="median", blowup=37.0, plots=False, name="ht")
+    got = {r.group["label"]: r for r in rows}
+    assert [r.group["label"] for r in rows] == ["A", "B", "C"] and all(r.n == 5 for r in rows)
+    # A: 1, 2, 3, 4 and the stopped run as +inf; B: 0.5 .. 4.5; C: 1, 2, 3, 5 and 100 > 37 as +inf
+    assert got["A"].stats["median"][0] == 3.0 and got["A"].stats["p90"][0] == math.inf and got["A"].diverged == 1
+    assert got["B"].stats["median"][0] == 2.5 and got["B"].stats["p90"][0] == pytest.approx(4.1)
+    assert got["B"].diverged == 0
+    assert got["C"].stats["median"][0] == 3.0 and got["C"].stats["p90"][0] == math.inf and got["C"].diverged == 1
+    assert "final" not in got["B"].stats and got["B"].stats["uplink_mb"][0] == 3.0  # other columns: mean ± std
+    md = (tmp_path / "ht.md").read_text()
+    assert "| label | n | median final grad_norm | 90th pct final grad_norm | uplink MB |" in md
+    assert "| diverged |" in md and "| B | 5 | 2.5000 | 4.1000 | 3.0 ± 0.0 |" in md and "| 0/5 |" in md
+    assert "| A | 5 | 3.0000 | inf |" in md and "| 1/5 |" in md and "ended worse than 37" in md
+    with open(tmp_path / "ht.csv") as f:
+        table = list(csv.DictReader(f))
+    assert table[1]["median"] == "2.5" and float(table[1]["p90"]) == pytest.approx(4.1)
+    assert [t["diverged"] for t in table] == ["1", "0", "1"] and "final_mean" not in table[0]
+
+
+def test_mean_counts_stopped_runs_and_takes_a_minimised_primary_metrics_best_as_its_minimum(fakes, tmp_path):
+    rows = report([str(fakes)], str(tmp_path), by=["label"], plots=False)
+    got = {r.group["label"]: r for r in rows}
+    finals_a = [1.0, 2.0, 4.0, 3.0]  # the mean is over the runs that finished; the stopped one is counted apart
+    assert got["A"].stats["final"] == pytest.approx((statistics.fmean(finals_a), statistics.stdev(finals_a)))
+    assert got["B"].stats["best"][0] == 0.25 and got["A"].stats["best"][0] == pytest.approx(statistics.fmean(
+        finals_a))  # min over rounds: grad_norm's summary says min (the stopped run has none)
+    assert [r.diverged for r in rows] == [1, 0, 0]  # no blow-up value: only the stopped run
+    md = (tmp_path / "report.md").read_text()
+    assert "| diverged |" in md and "| A | 5 |" in md and "stopped before their last round" in md
+
+
+def test_no_diverged_column_when_every_run_finished(tmp_path):
+    for s, g in enumerate([1.0, 2.0]):
+        _fake_run(tmp_path / "sweep" / f"b_s{s}", "B", s, [g])
+    report([str(tmp_path / "sweep")], str(tmp_path / "o"), by=["label"], plots=False)
+    assert "diverged" not in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_a_summary_that_says_unfinished_or_names_an_error_is_a_divergence(tmp_path):
+    _fake_run(tmp_path / "s" / "x0", "X", 0, [1.0], finished=False)
+    _fake_run(tmp_path / "s" / "x1", "X", 1, [1.0], error="training loss became nan at round 2, client 0")
+    _fake_run(tmp_path / "s" / "x2", "X", 2, [1.0])
+    rows = report([str(tmp_path / "s")], str(tmp_path / "o"), by=["label"], stat="median", plots=False)
+    assert rows[0].diverged == 2 and rows[0].stats["median"][0] == math.inf
+
+
+def test_paper_ordering_with_a_tier_whose_order_is_not_stated(tmp_path):
+    paper = {"source": "somewhere", "ordering": ["B", ["A", "C"]]}
+    for lab, gs in (("A", [3.0, 4.0]), ("B", [1.0, 2.0]), ("C", [5.0, 6.0])):
+        for s, g in enumerate(gs):
+            _fake_run(tmp_path / "s" / f"{lab}{s}", lab, s, [g], paper=paper)
+    report([str(tmp_path / "s")], str(tmp_path / "o"), by=["label"], stat="median", plots=False)
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "(best first; braces: order not stated): B > {A, C}." in md
+    assert "Ours (median final grad_norm): B > A > C: agrees." in md  # lower grad_norm is better
+    paper["ordering"] = ["A", ["B", "C"]]
+    (tmp_path / "s2").mkdir()
+    for lab, gs in (("A", [3.0]), ("B", [1.0]), ("C", [5.0])):
+        _fake_run(tmp_path / "s2" / lab, lab, 0, gs, paper=paper)
+    report([str(tmp_path / "s2")], str(tmp_path / "o"), by=["label"], plots=False)
+    assert "Ours (mean final grad_norm): B > A > C: differs." in (tmp_path / "o" / "report.md").read_text()
+
+
+def test_stat_and_blowup_on_the_command_line_and_the_callback(fakes, tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from fl_lightning.report.callback import ReportWhenDone
+
+    assert main([str(fakes), "--by", "label", "--stat", "median", "--blowup", "37", "--out", str(tmp_path / "o"),
+                 "--no-plots"]) == 0
+    assert "3 rows from 15 runs" in capsys.readouterr().out
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "--stat median --blowup 37" in md and "| C | 5 | 3.0000 | inf |" in md
+    cb = ReportWhenDone(out=str(tmp_path / "cb"), name="ht", by=["label"], stat="median", blowup=37.0, plots=False)
+    cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(fakes)},
+                                                   "overrides": {"hydra": [], "task": ["seed=0,1"]}}}))
+    assert "| C | 5 | 3.0000 | inf |" in (tmp_path / "cb" / "ht.md").read_text()
+    with pytest.raises(ReportError, match="expected mean or median"):
+        report([str(fakes)], str(tmp_path / "x"), stat="average")
+
+
+def _fake_sweep_run(path, method, alpha, seed, accs, paper):
     """A run directory as the trainer writes it (config.yaml, metrics.csv, summary.json), without training."""
     import json
 
     from omegaconf import OmegaConf
 
     path.mkdir(parents=True)
-    OmegaConf.save(OmegaConf.create({"seed": seed, "method": {"name": method, "lr": 0.1},
+    OmegaConf.save(OmegaConf.create({"seed": seed, "method": {"name": method, "lr": 0.1}, "fl": {"rounds": len(accs)},
                                      "data": {"name": "digits", "partition": {"name": "dirichlet", "alpha": alpha}},
                                      "paper": paper}), path / "config.yaml")
     with open(path / "metrics.csv", "w") as f:
         f.write("round,test_acc\n" + "".join(f"{i + 1},{a}\n" for i, a in enumerate(accs)))
-    (path / "summary.json").write_text(json.dumps({"primary_metric": "test_acc", "primary_mode": "max"}))
+    (path / "summary.json").write_text(json.dumps({"primary_metric": "test_acc", "primary_mode": "max", "finished": True,
+                                                  "rounds_done": len(accs)}))
 
 
 def test_paper_block_puts_the_papers_numbers_beside_ours_and_checks_its_ordering(tmp_path):
@@ -113,7 +246,7 @@ def test_paper_block_puts_the_papers_numbers_beside_ours_and_checks_its_ordering
              ("fedsmu", 0.6): 0.3, ("fedavg", 0.6): 0.5, ("scaffold", 0.6): 0.4}       # differs: fedsmu last
     for (method, alpha), acc in final.items():
         for seed in (0, 1):
-            _fake_run(tmp_path / "sweep" / f"{method}_{alpha}_{seed}", method, alpha, seed, [0.1, acc], paper)
+            _fake_sweep_run(tmp_path / "sweep" / f"{method}_{alpha}_{seed}", method, alpha, seed, [0.1, acc], paper)
     rows = report([str(tmp_path / "sweep")], str(tmp_path / "out"), by=["method", "data.partition.alpha"], plots=False)
     assert len(rows) == 6
     md = (tmp_path / "out" / "report.md").read_text()
@@ -123,7 +256,7 @@ def test_paper_block_puts_the_papers_numbers_beside_ours_and_checks_its_ordering
              for line in md.splitlines() if line.startswith("| fed") or line.startswith("| scaffold")}
     assert table[("fedsmu", "0.25")] == "51.79" and table[("fedavg", "0.25")] == "42.29"
     assert table[("scaffold", "0.25")] == "—" and table[("fedsmu", "0.6")] == "—"
-    assert "The paper's ordering (best first; {...}: not ordered within): fedsmu > {fedavg, scaffold}." in md
+    assert "The paper's ordering (best first; braces: order not stated): fedsmu > {fedavg, scaffold}." in md
     assert "Ours at data.partition.alpha = 0.25 (mean final test_acc): fedsmu > scaffold > fedavg: agrees." in md
     assert "Ours at data.partition.alpha = 0.6 (mean final test_acc): fedavg > scaffold > fedsmu: differs." in md
     with open(tmp_path / "out" / "report.csv") as f:

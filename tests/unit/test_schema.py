@@ -18,9 +18,9 @@ VALID = {("seed", "0"), ("fl.warmup_rounds", "0"), ("fl.lr_min_factor", "0"), ("
          ("fl.local_epochs", "null"), ("fl.local_steps", "null"), ("method.grad_clip", "null"),
          ("method.grad_clip", "2.5"), ("checkpoint.background_mb", "0"), ("checkpoint.compact", "0"),
          ("store.offload_dir", "null"), ("resume", "null"), ("run_dir", "null"), ("tables", "null"),
-         ("data.val_fraction", "0"), ("label", "null"), ("paper", "null")}  # no validation split (the default)
+         ("data.val_fraction", "0"), ("label", "null"), ("paper", "null"), ("objective", "null")}  # no validation split (the default)
 BAD = ["abc", "null", "-1", "0", "2.5"]
-NAMES = ("store.offload_dir", "run_dir", "trainer.strategy", "label")  # any string names a folder / a Fabric strategy
+NAMES = ("store.offload_dir", "run_dir", "trainer.strategy", "label", "objective")  # any string names a folder / a Fabric strategy
 VALID |= {(k, v) for k in NAMES for v in ("abc", "-1", "0", "2.5")}
 NOT_PROBED = {"resume"}  # resume=abc is a missing run directory, tested in tests/system/test_cli_errors.py
 

@@ -215,7 +215,7 @@ def test_one_round_on_tiny_cifar_files(overrides, tmp_path):
 
 @pytest.mark.slow
 def test_fedmuon_vit_tiny_one_round_on_the_digits(tmp_path):
-    """The README's command, 1 round (fp32 Newton-Schulz: bf16 matmuls are emulated and slow on most CPUs)."""
+    """docs/models.md's ViT-Tiny command, 1 round (fp32 Newton-Schulz: bf16 matmuls are emulated and slow on most CPUs)."""
     p = run_cli(["method=fedmuon", "model=vit_tiny", "method.ns_dtype=null", *ONE_ROUND, f"hydra.run.dir={tmp_path}"])
     assert p.returncode == 0, p.stderr[-3000:]
 
