@@ -15,7 +15,8 @@ from tests.helpers.cli import CONF
 from tests.helpers.harness import FakeData, LossModule, MLP, build, make_loop, method_config, mse, params_of, regression_batches, run
 
 METHODS = sorted(os.path.basename(f)[:-5] for f in glob.glob(os.path.join(CONF, "method", "*.yaml")))
-EXPERIMENTS = sorted(os.path.basename(f)[:-5] for f in glob.glob(os.path.join(CONF, "experiment", "*.yaml")))
+EXPERIMENTS = sorted(os.path.relpath(f, os.path.join(CONF, "experiment"))[:-5]  # results/<name> too
+                     for f in glob.glob(os.path.join(CONF, "experiment", "**", "*.yaml"), recursive=True))
 
 # the yaml lrs are tuned for the digits CNN; this tiny MLP regression wants larger steps for some of them
 LEARN_LR = {"local_muon": ["method.lr=0.05"], "fedmuon_bc": ["method.lr=0.05"], "scaffold_adam": ["method.lr=0.01"],
@@ -162,11 +163,17 @@ def test_experiment_configs_compose(exp):
 
     from fl_lightning.schema import register
 
+    from omegaconf import OmegaConf
+
     register()  # the schema node 'fl_lightning' (other tests register it too; -k experiment runs only these)
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("config", overrides=[f"experiment={exp}"])
-    build(cfg)
-    assert cfg.fl.num_clients >= cfg.fl.clients_per_round
+    grid = OmegaConf.select(OmegaConf.load(os.path.join(CONF, "experiment", f"{exp}.yaml")), "hydra.sweeper.params")
+    arms = str(grid.get("arm")).split(",") if grid is not None and grid.get("arm") else [None]  # a study: every arm
+    for arm in arms:
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            cfg = compose("config", overrides=[f"experiment={exp}"] + ([f"arm={arm}"] if arm else []))
+        build(cfg)
+        assert cfg.fl.num_clients >= cfg.fl.clients_per_round
+        assert arm is None or cfg.label, f"{exp}: arm {arm} sets no label (the report's row name)"
     _check_paper_block(exp, cfg)
 
 
