@@ -20,6 +20,12 @@ def _fmt(mean: float, std: float, digits: int) -> str:
     return f"{mean:.{digits}f}" if math.isnan(std) else f"{mean:.{digits}f} ± {std:.{digits}f}"  # nan: one number
 
 
+def _one(row: Row, k: str) -> tuple[float, float]:
+    """A row's (mean, std) of ``k``, the std left out (nan) when the row has one run."""
+    mean, std = row.stats[k]
+    return (mean, math.nan) if row.n == 1 else (mean, std)
+
+
 def _columns(rows: list[Row]) -> list[str]:
     return [k for k, _ in _COLS if k in rows[0].stats] + [k for k in rows[0].stats if k.startswith("mean ")]
 
@@ -46,9 +52,9 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], paper: Pap
     for r, p in zip(rows, papers):
         cells = [str(r.group[k]) for k in by] + [str(r.setting.get(k, "")) for k in swept] + [str(r.n)]
         if select:
-            cells.append(_fmt(*r.stats[f"selected_{select}"], 4) + f" (best of {r.candidates})")
+            cells.append(_fmt(*_one(r, f"selected_{select}"), 4) + f" (best of {r.candidates})")
         for k in _columns(rows):
-            cells.append(_fmt(*r.stats[k], 4 if k in ("final", "best", "median", "p90") or k.startswith("mean ") else 1))
+            cells.append(_fmt(*_one(r, k), 4 if k in ("final", "best", "median", "p90") or k.startswith("mean ") else 1))
         if diverged:
             cells.append(f"{r.diverged}/{r.n}")
         if any(x is not None for x in papers):
