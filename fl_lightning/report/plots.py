@@ -63,11 +63,12 @@ def plot(rows: list[Row], out_dir: str, prefix: str = "") -> list[str]:
         title = ", ".join(f"{k} = {members[0].group[k]}" for k in list(members[0].group)[1:])
         for x_col, xlabel, stem in ((None, "round", "vs_round"), ("uplink_mb", "cumulative uplink (MB)", "vs_uplink")):
             fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-            for row in members:
+            for i, row in enumerate(members):
                 x, m, s = _curve(row, x_col)
                 if not x:
                     continue
-                line, = ax.plot(x, m, label=_label(row, first), linewidth=1.6)
+                style = ("-", "--", ":")[min(i // 10, 2)]  # the colour cycle repeats after 10 lines
+                line, = ax.plot(x, m, style, label=_label(row, first), linewidth=1.6)
                 ax.fill_between(x, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)],
                                 color=line.get_color(), alpha=0.2, linewidth=0)
             if x_col is None:
@@ -80,7 +81,11 @@ def plot(rows: list[Row], out_dir: str, prefix: str = "") -> list[str]:
             if title:
                 ax.set_title(title, fontsize=10)
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7 if len(members) > 8 else 8, loc="best")
+            if len(members) > 8:  # many lines: the legend beside the axes, in columns, not over the curves
+                ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + len(members) // 24,
+                          frameon=False)
+            else:
+                ax.legend(fontsize=8, loc="best")
             fig.tight_layout()
             name = f"{prefix}{metric}_{stem}{suffix}.png"
             fig.savefig(os.path.join(out_dir, name))
