@@ -385,6 +385,11 @@ def rules(cfg: DictConfig) -> None:
     clip = OmegaConf.select(cfg, "method.grad_clip", default=None)
     if clip is not None and not clip > 0:
         raise ConfigError("method.grad_clip", f"must be > 0 or null, got {clip}", "set method.grad_clip=null")
+    objective = cfg.get("objective")
+    if objective is not None and str(objective).startswith("val_") and not OmegaConf.select(
+            cfg, "data.val_fraction", default=0):
+        raise ConfigError("objective", f"{objective} is logged only with a validation split (data.val_fraction is 0)",
+                          "set data.val_fraction=0.1, or objective=null (the primary test metric)")
     for name in ("method.name", "model.name", "data.name", "data.partition.name"):  # labels in outputs and logs
         if OmegaConf.select(cfg, name, default="") is None:
             raise ConfigError(name, "must be a label, got null", f"set {name} to a name (it labels summary.json and the logs)")
@@ -418,7 +423,7 @@ def check_overrides(argv: list[str]) -> None:
     for ov in overrides:
         name = ov.key_or_group
         top = name.split(".")[0]
-        if ov.package is not None or "/" in name or top in ("hydra", "tables", *CONFIG_GROUPS) and name not in known:
+        if ov.package is not None or "/" in name or top in ("hydra", "tables", "paper", *CONFIG_GROUPS) and name not in known:
             continue  # config groups, their targets' arguments (checked when built), table entries, Hydra's keys
         if name not in known:
             raise unknown_key(name)

@@ -119,3 +119,14 @@ def test_a_model_larger_than_free_memory_is_refused_before_allocating(tmp_path, 
     monkeypatch.setattr(build_mod, "available_memory", lambda device: 100_000)  # ~100 kB free: the CNN needs more
     msg = build_error(["fl.rounds=1"], tmp_path)
     assert msg.startswith("config error: model: ") and "MiB" in msg and "model.net.hidden" in msg, msg
+
+
+def test_a_validation_objective_needs_a_split_and_a_paper_block_is_checked_before_the_run():
+    with pytest.raises(ConfigError, match=r"^config error: objective: val_acc is logged only with a validation split"):
+        check(make_cfg(["objective=val_acc"]))
+    check(make_cfg(["objective=val_acc", "data.val_fraction=0.1"]))
+    with pytest.raises(ConfigError, match=r"^config error: paper\.cells\[0\]: got .*; fix: give the keys"):
+        validate(make_cfg(["+paper.cells=[{method: fedavg}]"]))
+    with pytest.raises(ConfigError, match=r"^config error: paper\.foo: no such key; fix: use source"):
+        validate(make_cfg(["+paper.foo=1"]))
+    validate(make_cfg(["+paper.cells=[{method: fedavg, value: 55.2}]", "+paper.ordering=[fedavg]"]))
