@@ -23,7 +23,7 @@ _HELD_LOCKS: list = []
 OVERRIDES_FILE = "overrides.yaml"  # the run's own overrides (Hydra's .hydra/ copy is rewritten by every invocation)
 
 OmegaConf.register_new_resolver(
-    "fl_run_dir", lambda resume, default: str(default if resume in (None, "") else resume), replace=True)
+    "fl_run_dir", lambda resume, default: str(default if resume in (None, "", "auto") else resume), replace=True)
 
 
 def fail(msg: str, code: int = 2) -> None:
@@ -77,7 +77,7 @@ def prepare(argv: list[str], conf_dir: str) -> list[str]:
         log.debug("override parse: %s", err)
     for arg in argv:
         key, sep, val = arg.lstrip("+").partition("=")
-        if sep and key == "resume" and val not in ("", "null"):
+        if sep and key == "resume" and val not in ("", "null", "auto"):  # auto: this command is the run's own
             try:
                 check_resume(val)
             except FLError as err:
@@ -282,8 +282,15 @@ def _disk_message(err: OSError, run_dir: str, loop) -> str | None:
 
 
 def _resume_dir(cfg: DictConfig) -> str | None:
-    """``resume``: null (or empty) for a fresh run, else a directory, even one whose name reads as a number."""
+    """``resume``: null (or empty) for a fresh run, else a directory, even one whose name reads as a number;
+    ``auto``: the run's own directory (``hydra.run.dir``, a sweep job's folder) if it holds a checkpoint, else a fresh
+    run: the one line a job script, a requeued Slurm job or a re-run sweep needs."""
     r = cfg.get("resume")
+    if r == "auto":
+        from .checkpoint import list_checkpoints
+
+        run_dir = str(cfg.run_dir)
+        return run_dir if list_checkpoints(os.path.join(run_dir, "checkpoints")) else None
     return None if r is None or r == "" else str(r)
 
 

@@ -144,7 +144,8 @@ class Root:
     trainer: Trainer = field(default_factory=Trainer)
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
     store: Store = field(default_factory=Store)
-    resume: Optional[str] = key(None, "a run directory: continue from its last checkpoint", "path", nullable=True,
+    resume: Optional[str] = key(None, "a run directory: continue from its last checkpoint (auto: this run's own "
+                                "directory if it holds one, else start fresh)", "path", nullable=True, words=("auto",),
                                 example="outputs/DATE/TIME")
     force_resume: bool = key(False, "resume even if the result-relevant config differs", "bool")
     overwrite: bool = key(False, "a new run into a directory holding another run's checkpoints replaces it", "bool")
@@ -358,7 +359,7 @@ def check_resume(path) -> None:
     """``resume=DIR``: the run directory must exist (checked before Hydra creates it, and on the composed config)."""
     import os
 
-    if path not in (None, "", "null") and not os.path.isdir(str(path)):
+    if path not in (None, "", "null", "auto") and not os.path.isdir(str(path)):
         raise ConfigError("resume", f"no run directory {str(path)!r}",
                           "pass the run directory printed by the stopped run (it holds checkpoints/)")
 
