@@ -53,7 +53,7 @@ def build_error(overrides: list[str], run_dir) -> str:
 
 def cli_in_process(argv: list[str], run_dir) -> tuple[int, str]:
     """What ``python train.py *argv`` does, in this process (train.py's checks before Hydra, the composition, then
-    ``cli.run``): ``(exit code, stderr)``. Any exception other than the CLI's exit propagates (a traceback)."""
+    ``cli.task``, train.py's Hydra task): ``(exit code, stderr)``. Any exception other than the CLI's exit propagates (a traceback)."""
     import contextlib
     import io
 
@@ -67,7 +67,7 @@ def cli_in_process(argv: list[str], run_dir) -> tuple[int, str]:
                 cfg = make_cfg(argv, run_dir)
             except Exception as bad:  # what cli.main prints for a config that does not compose
                 cli.fail(cli.composition_error(bad, argv, CONF))
-            cli.run(cfg)
+            cli.task(cfg)
             code = 0
         except SystemExit as stop:
             code = stop.code
