@@ -26,9 +26,14 @@ def set_phase(phase: str, resume: str | None = None) -> None:
         _STATE["resume"] = resume
 
 
+_RANK_VARS = ("LOCAL_RANK", "NODE_RANK", "RANK", "GROUP_RANK", "SLURM_PROCID")
+
+
 def is_launched_child() -> bool:
-    """A process Lightning's launcher started for rank > 0 (it re-runs train.py): rank 0 owns the run directory."""
-    return int(os.environ.get("LOCAL_RANK", 0) or 0) > 0 or int(os.environ.get("NODE_RANK", 0) or 0) > 0
+    """A process of rank > 0, however it was started: Lightning's launcher (``LOCAL_RANK``, ``NODE_RANK``), torchrun
+    (``RANK``, and ``GROUP_RANK`` for a node after the first), srun (``SLURM_PROCID``). Only global rank 0 owns the
+    run directory (its lock, the fresh-run guard, the one line on a stop)."""
+    return any(int(os.environ.get(v, 0) or 0) > 0 for v in _RANK_VARS)
 
 
 def launched_children() -> list:
