@@ -41,14 +41,9 @@ def validate(cfg: DictConfig) -> None:
     check_targets(cfg, groups=("method", "model", "data", "optimizer", "server_opt", "logger"),
                   drop={"data": FEDERATION_KEYS})
     if cfg.get("paper") is not None:  # the report reads it after the runs: a malformed block is refused before them
-        from .report import ReportError
         from .report.paper import read_paper
 
-        try:
-            read_paper(cfg.paper)
-        except ReportError as err:
-            key, _, rest = str(err).partition(": ")
-            raise ConfigError(key, rest.split("; fix: ")[0], rest.split("; fix: ")[-1]) from None
+        read_paper(cfg.paper)  # a PaperError is a ConfigError
     acc = str(cfg.trainer.accelerator)
     if acc in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError("trainer.accelerator", f"{acc} asked for but no CUDA GPU is visible to this process",

@@ -20,8 +20,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from ..errors import ConfigError
 from .runs import ReportError
 from .table import Row
+
+
+class PaperError(ConfigError, ReportError):
+    """A malformed ``paper:`` block: a config error (refused before a run) the report also stops on."""
 
 
 @dataclass
@@ -38,22 +43,22 @@ def read_paper(node: Any) -> Paper | None:
         return None
     block = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
     if not isinstance(block, dict):
-        raise ReportError(f"paper: expected a table, got {block!r}; fix: give source, metric, cells, ordering")
+        raise PaperError("paper", f"expected a table, got {block!r}", "give source, metric, cells, ordering")
     unknown = set(block) - {"source", "metric", "cells", "ordering"}
     if unknown:
-        raise ReportError(f"paper.{sorted(unknown)[0]}: no such key; fix: use source, metric, cells, ordering")
+        raise PaperError(f"paper.{sorted(unknown)[0]}", "no such key", "use source, metric, cells, ordering")
     cells = block.get("cells") or []
     if not isinstance(cells, list):
-        raise ReportError("paper.cells: expected a list; fix: write cells: [{KEY: VALUE, ..., value: NUMBER}]")
+        raise PaperError("paper.cells", "expected a list", "write cells: [{KEY: VALUE, ..., value: NUMBER}]")
     for i, c in enumerate(cells):
         if not isinstance(c, dict) or not isinstance(c.get("value"), (int, float)) or isinstance(c.get("value"), bool) \
                 or len(c) < 2:
-            raise ReportError(f"paper.cells[{i}]: got {c!r}; fix: give the keys that pick the row and the paper's "
-                              "number, {KEY: VALUE, ..., value: NUMBER}")
+            raise PaperError(f"paper.cells[{i}]", f"got {c!r}",
+                             "give the keys that pick the row and the paper's number, {KEY: VALUE, ..., value: NUMBER}")
     ordering = block.get("ordering") or []
     if not isinstance(ordering, list) or any(isinstance(t, list) and not t for t in ordering):
-        raise ReportError("paper.ordering: expected a list; fix: list the first --by key's values best first (a list "
-                          "inside it is a tier whose order is not stated)")
+        raise PaperError("paper.ordering", "expected a list", "list the first --by key's values best first (a list "
+                         "inside it is a tier whose order is not stated)")
     return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), cells, ordering)
 
 
