@@ -18,6 +18,7 @@ register()  # the schema (conf/config.yaml's first default) before Hydra compose
 
 log = logging.getLogger("fl_lightning")
 GROUPS = ("method", "model", "data", "experiment", "arm", "optimizer", "server_opt")
+OPTIONAL_GROUPS = ("experiment", "arm")  # null by default (conf/config.yaml): ``experiment=null`` keeps none
 CONTROL = ("resume", "force_resume", "stop_after_rounds", "overwrite")  # how to run now, never carried over
 _HELD_LOCKS: list = []
 OVERRIDES_FILE = "overrides.yaml"  # the run's own overrides (Hydra's .hydra/ copy is rewritten by every invocation)
@@ -50,8 +51,13 @@ def check_groups(argv: list[str], conf_dir: str) -> None:
     dirs = _search_dirs(argv, conf_dir)
     for arg in argv:
         key, sep, val = arg.lstrip("+~").partition("=")
-        if not sep or key not in GROUPS or "," in val or val in ("", "null") or val.startswith(("glob(", "range(", "choice(")):
+        if not sep or key not in GROUPS or "," in val or val == "" or val.startswith(("glob(", "range(", "choice(")):
             continue
+        if val == "null" and key not in OPTIONAL_GROUPS:
+            fail(f"config error: {key}: null is not a {key} config; fix: name one, e.g. {key}=<name> (files in "
+                 f"conf/{key}/)")
+        if val == "null":
+            continue  # none: the default of an optional group (prepare drops the override)
         names = sorted({os.path.relpath(os.path.join(root, f), os.path.join(d, key))[:-5].replace(os.sep, "/")
                         for d in dirs for root, _, files in os.walk(os.path.join(d, key))
                         for f in files if f.endswith(".yaml")})
@@ -67,6 +73,7 @@ def prepare(argv: list[str], conf_dir: str) -> list[str]:
     from .schema import check_overrides, check_resume
 
     check_groups(argv, conf_dir)
+    argv = [a for a in argv if a.lstrip("+") not in (f"{g}=null" for g in OPTIONAL_GROUPS)]  # already none
     try:
         check_overrides(argv)
     except FLError as err:
@@ -312,16 +319,16 @@ def run(cfg: DictConfig) -> dict | None:
     from .progress import set_enabled
 
     with signals.during_setup("building the run"):  # the loop takes the signals over after its first round
-        signals.set_phase("building the run", _resume_dir(cfg))
+        resume = _resume_dir(cfg)
+        signals.set_phase("building the run", resume)
         try:
-            return _run(cfg)
+            return _run(cfg, resume)
         finally:
             set_enabled(True)  # trainer.progress is this run's (a process running several, like the tests, resets)
 
 
-def _run(cfg: DictConfig) -> dict | None:
+def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     full = user_full_error()
-    resume = _resume_dir(cfg)
     run_dir = resume or str(cfg.run_dir)
     child = signals.is_launched_child()
     loop = None

@@ -132,3 +132,15 @@ def test_deep_keys_name_the_key_typed_and_a_fix_that_works(overrides, key, fix, 
     assert re.match(rf"error: config error: {re.escape(key)}( \(via [\w.]+\))?: ", lines[0]), lines[0]
     assert "fix: " in lines[0] and fix in lines[0].split("fix: ", 1)[1], lines[0]
     validate(make_cfg(FAST + overrides[:-1] + [fix], tmp_path / "fixed"))
+
+
+def test_a_null_config_group_is_none_where_none_is_the_default_else_one_line(tmp_path):
+    from tests.helpers.cli import FAST, cli_in_process
+
+    for group in ("experiment", "arm"):  # null by default: =null keeps none
+        code, err = cli_in_process([*FAST, f"{group}=null"], tmp_path / group)
+        assert code == 0, err
+    for group in ("method", "model", "data", "server_opt"):  # was Hydra's "Config group override must be a string"
+        code, err = cli_in_process([*FAST, f"{group}=null"], tmp_path / group)
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: config error: {group}: null is not"), err
