@@ -325,6 +325,20 @@ def run(cfg: DictConfig) -> dict | None:
             return _run(cfg, resume)
         finally:
             set_enabled(True)  # trainer.progress is this run's (a process running several, like the tests, resets)
+            leave_process_group()
+
+
+def leave_process_group() -> None:
+    """Destroy the process group while the interpreter is still whole: gloo's worker threads left for interpreter
+    shutdown can abort a process whose run succeeded ("terminate called without an active exception", SIGABRT;
+    pytorch/pytorch#190489). Each job of a sweep forms its own group."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return
+    try:
+        dist.destroy_process_group()
+    except Exception:  # a peer already gone: nothing left to tidy
+        pass
 
 
 def _run(cfg: DictConfig, resume: str | None) -> dict | None:
