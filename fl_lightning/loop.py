@@ -95,6 +95,7 @@ class FederatedLoop:
         self.store = store or ClientStateStore(self.device)
         self.checkpointer = checkpointer or Checkpointer(os.path.join(run_dir, "checkpoints"), rank=self.rank,
                                                          world_size=self.world, barrier=fabric.barrier)
+        self.checkpointer.claim = lambda cid: self.owner[cid] == self.rank  # from a checkpoint of another world size
         self.recorder = recorder or RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")),
                                                 rank=self.rank, log_fn=fabric.log_dict)
         self.model_bits = sum(v.numel() * v.element_size() * 8 for v in self.global_params.values())

@@ -35,7 +35,12 @@ Loading is strict. The checkpoint must carry exactly the objects given; each obj
 the checkpoint holds but nothing read, is a one-line :class:`~fl_lightning.errors.ResumeError` naming the key (a
 state layout that changed between code versions never silently restarts from scratch). ``force=True``
 (``force_resume=true``) turns those errors into warnings and leaves the unmatched state as freshly initialised; it
-also accepts a changed config hash. A different process count is always refused (client states are per process).
+also accepts a changed config hash.
+
+A checkpoint written by W processes resumes on any other number W': every process reads every process's index, takes
+the clients ``claim(cid)`` gives it (the loop: each client's home process under W'), and the next checkpoint writes
+those states again into the new processes' files. The rank in a client file's name says which process wrote it; the
+states in it are keyed by client id.
 """
 from __future__ import annotations
 

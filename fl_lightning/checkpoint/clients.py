@@ -86,6 +86,13 @@ class _LazyTensors(Mapping):
     def __init__(self, where: dict[str, str], index: tuple[dict[int, str], dict[str, str], dict[str, int]]):
         self._where, self.index, self._open = where, index, {}
 
+    @classmethod
+    def merged(cls, parts: list["_LazyTensors"], claim) -> "_LazyTensors":
+        """The clients ``claim(cid)`` takes from several processes' files (a checkpoint written by another number of
+        processes). Without an index: the next checkpoint writes these clients again, into this process's file."""
+        where = {k: p for part in parts for k, p in part._where.items() if claim(int(k.split("/", 1)[0]))}
+        return cls(where, ({}, {}, {}))
+
     def __getitem__(self, key: str) -> Tensor:
         path = self._where[key]
         if path not in self._open:

@@ -63,6 +63,8 @@ class CheckpointReader(_CheckpointerBase):
                               f"reads format {FORMAT}; finish that run with the version that started it")
         ours = set(objects) & set(meta.get("objects", ()))
         mine = {self._stem(name) + (".json" if name in self.per_rank else ".safetensors"): name for name in ours}
+        regroup = meta.get("world_size", 1) != self.world_size  # every process's clients, this one's claim taken
+        merged: dict[str, list[_LazyTensors]] = {}
         blobs: dict[str, bytes] = {}  # every file is read once: checksummed, and parsed from the same bytes if ours
         states: dict[str, Mapping] = {}
         for f, digest in meta.get("files", {}).items():
@@ -75,10 +77,15 @@ class CheckpointReader(_CheckpointerBase):
                 raise DamagedCheckpoint(f"resume: checkpoint {path} is damaged: {f} is not what was saved (checksum)")
             if self._rank_file(f, ".json"):  # every process's clients, checked
                 clients = self._clients(path, f, data)
-                if f in mine:
+                name = f.partition(".rank")[0]
+                if regroup and name in ours:
+                    merged.setdefault(name, []).append(clients)
+                elif f in mine:
                     states[mine[f]] = clients
             elif f in mine:
                 blobs[f] = data
+        for name, parts in merged.items():
+            states[name] = _LazyTensors.merged(parts, self.claim)
         for f, name in mine.items():
             if name in states:
                 continue
@@ -133,9 +140,10 @@ class CheckpointReader(_CheckpointerBase):
 
     def _restore(self, path: str, states: dict[str, Mapping], meta: dict, objects: Mapping[str, Stateful],
                  force: bool) -> dict:
-        if meta.get("world_size") != self.world_size:
-            raise ResumeError(f"resume: checkpoint written by {meta['world_size']} processes, this run has "
-                              f"{self.world_size}; set trainer.devices to match")
+        regroup = meta.get("world_size", 1) != self.world_size
+        if regroup:
+            log.info("resume: %s was written by %s processes, this run has %d: the client states are shared out "
+                     "again", path, meta.get("world_size"), self.world_size)
         if meta.get("config_hash") != self.config_hash and not force:
             raise ResumeError(
                 f"resume: the config differs from the one that wrote {path} in a way that changes results "
@@ -154,7 +162,7 @@ class CheckpointReader(_CheckpointerBase):
             state = states[name]
             extra = meta.get("state", {}).get(name)
             load_strict(obj, {**state, **extra} if extra else state, name, force)
-            if isinstance(state, _LazyTensors) and os.path.abspath(os.path.dirname(path)) == os.path.abspath(self.root):
+            if isinstance(state, _LazyTensors) and not regroup and os.path.abspath(os.path.dirname(path)) == os.path.abspath(self.root):
                 self._index[name] = state.index  # the next checkpoint refers to these client files
         self.last = path
         return meta
