@@ -2,10 +2,11 @@
 import os
 import sys
 
-from fl_lightning import cli, signals, threads
+from fl_lightning import cli, peers, signals, threads
 
 signals.install()  # from here on SIGINT / SIGTERM during set-up end the run at once, with one line
 threads.passive_wait()  # idle OpenMP threads sleep (before torch loads): fast on a busy machine too
+peers.quiet_cpp_warnings()  # a lost peer is one line, not torch's C++ socket warnings with stack frames
 
 import hydra  # noqa: E402
 

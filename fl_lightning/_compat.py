@@ -22,3 +22,15 @@ FUNCTION_LAUNCHER = "_MultiProcessingLauncher"
 def starts_processes_from_a_function(launcher) -> bool:
     """Does Fabric's ``launcher`` start its processes from a function (not by re-running the script)?"""
     return launcher is not None and any(c.__name__ == FUNCTION_LAUNCHER for c in type(launcher).__mro__)
+
+
+def set_collective_timeout(strategy, seconds: float) -> bool:
+    """Fabric's DDP / FSDP strategies pass ``_timeout`` to ``init_process_group`` (the rendezvous and every collective;
+    torch's default is 30 minutes); the constructor takes it, but Fabric builds the strategy from a name. False if
+    this strategy has none (one process)."""
+    from datetime import timedelta
+
+    if not hasattr(strategy, "_timeout"):
+        return False
+    strategy._timeout = timedelta(seconds=float(seconds))
+    return True

@@ -15,7 +15,8 @@ import time
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from . import signals
+from . import peers, signals
+from ._compat import set_collective_timeout
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .errors import ConfigError
@@ -27,7 +28,7 @@ log = logging.getLogger("fl_lightning")
 # and the process count (which changes only the float summation order)
 _NOT_RESULT = {"resume", "force_resume", "stop_after_rounds", "overwrite", "run_dir", "checkpoint", "store", "hydra",
                "progress", "logger", "label", "paper", "objective"}
-_NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads"}
+_NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads", "timeout_s"}
 
 
 def validate(cfg: DictConfig) -> None:
@@ -154,8 +155,10 @@ def make_fabric(cfg: DictConfig, run_dir: str):
     t = cfg.trainer
     prec = str(t.precision)
     try:
-        return Fabric(accelerator=t.accelerator, devices=t.devices, num_nodes=int(t.get("num_nodes", 1)),
-                      strategy=t.get("strategy", "auto"), precision=prec, loggers=loggers)
+        fabric = Fabric(accelerator=t.accelerator, devices=t.devices, num_nodes=int(t.get("num_nodes", 1)),
+                        strategy=t.get("strategy", "auto"), precision=prec, loggers=loggers)
+        set_collective_timeout(fabric.strategy, int(t.get("timeout_s", 300)))
+        return fabric
     except (ValueError, TypeError, RuntimeError) as err:  # Fabric's own checks: one line naming the key
         msg = " ".join(str(err).split())
         key = next((f"trainer.{k}" for k in ("strategy", "precision", "accelerator", "devices", "num_nodes")
@@ -230,8 +233,13 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
         fabric = make_fabric(cfg, run_dir)
         _check_launcher(fabric)
         signals.LAUNCHERS.append(fabric.strategy.launcher)  # its children are told of a signal before the loop runs
-        with signals.deferred():  # a half-made process group would leave the other ranks a C++ error to print
-            fabric.launch()
+        signals.interruptible(fabric.launch)  # SIGTERM while waiting for a peer that never comes: out at once
+        if fabric.device.type == "cuda":  # the current CUDA device is per thread: the launch set it in its own
+            torch.cuda.set_device(fabric.device)
+        if fabric.world_size > 1:
+            peers.watch_children(fabric.strategy.launcher)
+            peers.check_shared_dir(fabric, run_dir)
+            peers.start_heartbeat(fabric.global_rank, fabric.world_size)
     torch.manual_seed(int(cfg.seed))
     auto = str(cfg.fl.num_clients) == "auto"
     data = build_federated_data(cfg.data, None if auto else int(cfg.fl.num_clients), int(cfg.seed), fabric.device)

@@ -10,7 +10,7 @@ import sys
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from . import signals
+from . import peers, signals
 from .errors import ConfigError, FLError, NonFiniteLossError, ResumeError, StopRequested
 from .schema import register
 
@@ -28,6 +28,7 @@ OmegaConf.register_new_resolver(
 
 
 def fail(msg: str, code: int = 2) -> None:
+    peers.ENDING.set()  # a rank launched by this process ending the same way is not reported as lost
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(code)
 
@@ -288,6 +289,22 @@ def _disk_message(err: OSError, run_dir: str, loop) -> str | None:
     return f"{what}{where}{kept}; fix: free space, or choose a writable hydra.run.dir / store.offload_dir"
 
 
+def _lost_peer(err: BaseException, cfg: DictConfig) -> None:
+    """One line naming the rank that is gone (:mod:`fl_lightning.peers`), then ``os._exit(1)``: nothing of the broken
+    process group is torn down (its threads could abort the process with a second message); the checkpoints written
+    are complete (each renamed into place), and a non-zero exit lets torchrun's ``--max-restarts`` start again."""
+    dist = sys.modules["torch.distributed"]
+    rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0) or 0)
+    world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", 1) or 1)
+    msg = peers.lost_peer_message(err, rank, world, float(cfg.trainer.get("timeout_s", 300)))
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.write(2, f"error: {msg}\n".encode())
+    finally:
+        os._exit(1)
+
+
 def _resume_dir(cfg: DictConfig) -> str | None:
     """``resume``: null (or empty) for a fresh run, else a directory, even one whose name reads as a number;
     ``auto``: the run's own directory (``hydra.run.dir``, a sweep job's folder) if it holds a checkpoint, else a fresh
@@ -332,6 +349,7 @@ def leave_process_group() -> None:
     """Destroy the process group while the interpreter is still whole: gloo's worker threads left for interpreter
     shutdown can abort a process whose run succeeded ("terminate called without an active exception", SIGABRT;
     pytorch/pytorch#190489). Each job of a sweep forms its own group."""
+    peers.stop_heartbeat()
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return
@@ -362,7 +380,9 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
         from .progress import set_enabled
 
         set_enabled(flag(cfg, "trainer.progress", default=True))  # also for what runs before the loop (pre-training)
+        peers.set_run(run_dir)
         loop = build(cfg, run_dir)
+        peers.set_run(run_dir, lambda: loop.checkpointer.last, lambda: loop.round + 1)
         signals.set_phase("restoring the checkpoint" if resume else "setting up the strategy")
         loop.setup(resume=resume, force=force)
         if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone
@@ -406,6 +426,9 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
         fail(msg)
     except Exception as err:  # config values Hydra/OmegaConf could not resolve, etc.
         from omegaconf.errors import OmegaConfBaseException
+
+        if not full and peers.is_peer_failure(err):  # another process is gone: one line, out at once
+            _lost_peer(err, cfg)
 
         if full or not isinstance(err, OmegaConfBaseException):
             raise

@@ -99,6 +99,8 @@ class Trainer:
     progress: bool = key(True, "a progress bar on the terminal", "bool")
     threads: Any = key("auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)",
                        "int", 1, 4096, words=("auto",))
+    timeout_s: int = key(300, "seconds a process waits for the others (start-up, each collective) before it stops "
+                              "with one line naming the rank that is gone (torch's default: 1800)", "int", 5, 86400)
 
 
 @dataclass

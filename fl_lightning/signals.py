@@ -102,6 +102,29 @@ def during_setup(phase: str):
         restore(old)
 
 
+def interruptible(fn):
+    """``fn()`` in a helper thread while this (main) thread waits, so a signal's handler runs at once: Python runs a
+    handler only between bytecodes of the main thread, and the process group's rendezvous blocks in C++ until a
+    peer comes or its timeout passes (a SIGTERM to a rank waiting for a node that never starts was ignored for 30
+    minutes). ``fn``'s exception is raised here."""
+    import threading
+
+    out: list = []
+
+    def call():
+        try:
+            fn()
+        except BaseException as err:  # noqa: BLE001 (re-raised in the caller's thread)
+            out.append(err)
+
+    t = threading.Thread(target=call, name="fl-launch", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.1)
+    if out:
+        raise out[0]
+
+
 @contextlib.contextmanager
 def deferred():
     """SIGINT / SIGTERM held while the block runs (recorded, then raised again under the previous handlers): for
