@@ -47,3 +47,14 @@ def test_requeue_failures_are_one_line(tmp_path, body, needle):
 def test_requeue_outside_slurm_is_refused(tmp_path):
     with pytest.raises(RequeueError, match="SLURM_JOB_ID is not set"):
         requeue({"PATH": os.environ.get("PATH", "")})
+
+
+def test_trainer_requeue_changes_neither_the_config_hash_nor_a_sweep_folder_name():
+    from omegaconf import OmegaConf
+
+    from fl_lightning.build import config_hash
+    from tests.helpers.cli import CONF, make_cfg
+
+    assert config_hash(make_cfg(["trainer.requeue=false"], "r")) == config_hash(make_cfg([], "r"))
+    hydra = OmegaConf.load(os.path.join(CONF, "config.yaml")).hydra
+    assert "trainer.requeue" in hydra.job.config.override_dirname.exclude_keys
