@@ -28,7 +28,7 @@ log = logging.getLogger("fl_lightning")
 # and the process count (which changes only the float summation order)
 _NOT_RESULT = {"resume", "force_resume", "stop_after_rounds", "overwrite", "run_dir", "checkpoint", "store", "hydra",
                "progress", "logger", "label", "paper", "objective"}
-_NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads", "timeout_s"}
+_NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads", "timeout_s", "requeue"}
 
 
 def validate(cfg: DictConfig) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import sys
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -267,6 +268,26 @@ def _say_where(summary: dict, run_dir: str, progress: bool) -> None:
               f"{_resume_hint(run_dir)}", file=sys.stderr, flush=True)
 
 
+def _requeue_line(cfg: DictConfig, stop: StopRequested, run_dir: str, asked: str | None) -> str | None:
+    """After a SIGUSR1 stop under Slurm with ``trainer.requeue`` (default): requeue the job (rank 0) and return the one
+    line that says so, or why not; None outside Slurm or with ``trainer.requeue=false`` (the plain stop line)."""
+    from . import slurm
+
+    if slurm.job_id() is None or not flag(cfg, "trainer.requeue", default=True):
+        return None
+    signals.ignore()  # scontrol requeue signals this job: the line below must not be cut
+    head = f"stopped after round {stop.round_done}; checkpoint saved; "
+    manual = f"python train.py resume={run_dir}"
+    try:
+        done = slurm.requeue()
+    except slurm.RequeueError as err:
+        return f"{head}{err}; resume with: {manual}"
+    if asked in (None, ""):
+        return (f"{head}{done}, but its command has no resume=auto: add it to the job script, or it starts over "
+                f"(or: {manual})")
+    return f"{head}{done}: it resumes by itself with resume={asked} (or: {manual})"
+
+
 def _resume_hint(run_dir: str) -> str:
     return f"  python train.py resume={run_dir}"
 
@@ -363,6 +384,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     full = user_full_error()
     run_dir = resume or str(cfg.run_dir)
     child = signals.is_launched_child()
+    asked = cfg.get("resume")  # as typed (auto, a directory or none): what a requeued job's command will do
     loop = None
     try:
         from .schema import check
@@ -401,7 +423,8 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     except StopRequested as stop:
         if child:  # rank 0 reports (and a non-zero child would make Lightning's observer kill the launcher)
             sys.exit(0)
-        print(f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir)}",
+        line = _requeue_line(cfg, stop, run_dir, asked) if stop.signum == signal.SIGUSR1 else None
+        print(line or f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir)}",
               file=sys.stderr)
         sys.exit(128 + stop.signum)
     except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM: abort now, without a traceback

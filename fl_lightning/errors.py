@@ -22,7 +22,7 @@ class ResumeError(FLError):
 
 
 class StopRequested(Exception):
-    """Raised after a checkpoint was written in response to SIGINT/SIGTERM (not an error: the run can resume)."""
+    """Raised after a checkpoint was written in response to SIGINT/SIGTERM/SIGUSR1 (not an error: the run can resume)."""
 
     def __init__(self, round_done: int, signum: int):
         self.round_done, self.signum = round_done, signum

@@ -399,7 +399,7 @@ class FederatedLoop:
         every = self.config.checkpoint_every
         self._first_round = self.round
         self.recorder.start_clock()
-        old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+        old = {s: signal.getsignal(s) for s in signals.SIGNALS}
         try:
             for s in old:
                 signal.signal(s, self._on_signal)

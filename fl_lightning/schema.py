@@ -97,6 +97,8 @@ class Trainer:
     precision: str = key("32-true", "numeric precision", "str",
                          choices=("32-true", "32", "64-true", "bf16-mixed", "bf16-true", "16-true", "16-mixed"))
     progress: bool = key(True, "a progress bar on the terminal", "bool")
+    requeue: bool = key(True, "under Slurm, a SIGUSR1 stop (checkpoint after the round) requeues the job "
+                              "(scontrol requeue; resume=auto continues it)", "bool")
     threads: Any = key("auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)",
                        "int", 1, 4096, words=("auto",))
     timeout_s: int = key(300, "seconds a process waits for the others (start-up, each collective) before it stops "
@@ -107,8 +109,8 @@ class Trainer:
 class Checkpoint:
     """When and how checkpoints are written (never what a run computes)."""
 
-    every: int = key(1, "rounds between checkpoints (one is always written at the end and on SIGINT/SIGTERM)",
-                     "int", 1, 10**9)
+    every: int = key(1, "rounds between checkpoints (one is always written at the end and on SIGINT/SIGTERM/"
+                        "SIGUSR1)", "int", 1, 10**9)
     keep_last: int = key(2, "checkpoints kept", "int", 1, 10**6)
     background_mb: int = key(512, "write a checkpoint behind the next round when its changed client states are at "
                                   "most this many MB (0: before it; one process only)", "int", 0, 10**9)

@@ -1,4 +1,4 @@
-"""SIGINT / SIGTERM before a round of this invocation is done: the process ends at once, with one line.
+"""SIGINT / SIGTERM / SIGUSR1 before a round of this invocation is done: the process ends at once, with one line.
 
 While Python imports, Hydra composes, the run is built or restored and the first round runs, nothing is worth a
 checkpoint, and an exception raised from a signal handler can land anywhere (inside an extension module's import it
@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)  # SIGUSR1: Slurm's warning ahead of the time limit
 LAUNCHERS: list = []  # Lightning launchers of this process (their ``procs`` are the ranks it started)
 _STATE = {"phase": "starting", "resume": None}
 
@@ -76,7 +76,7 @@ def stop_now(signum: int, frame=None) -> None:
 
 
 def install() -> dict:
-    """:func:`stop_now` for SIGINT and SIGTERM; returns the handlers replaced (none outside the main thread)."""
+    """:func:`stop_now` for :data:`SIGNALS`; returns the handlers replaced (none outside the main thread)."""
     old = {}
     try:
         for s in SIGNALS:
@@ -84,6 +84,16 @@ def install() -> dict:
     except ValueError:  # not the main thread: no signal handling
         pass
     return old
+
+
+def ignore() -> None:
+    """:data:`SIGNALS` ignored from now on (the last steps of a stop: ``scontrol requeue`` signals the job it
+    requeues, which must not cut the line that says so)."""
+    try:
+        for s in SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        pass
 
 
 def restore(old: dict) -> None:
@@ -127,7 +137,7 @@ def interruptible(fn):
 
 @contextlib.contextmanager
 def deferred():
-    """SIGINT / SIGTERM held while the block runs (recorded, then raised again under the previous handlers): for
+    """:data:`SIGNALS` held while the block runs (recorded, then raised again under the previous handlers): for
     steps a signal must not cut in half, such as forming the process group (the other ranks would print a C++ error)."""
     got: list[int] = []
     try:

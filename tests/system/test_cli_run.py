@@ -1,6 +1,7 @@
 """cli.run and the loop's stop logic in-process (issue "Reliability" items 3-4): a full disk is one line that names the
 last complete checkpoint; a signal during the last round lets the run finish with its summary; a signal during a
-save stops right after it (a signal during set-up: tests/system/test_hardening.py)."""
+save stops right after it; SIGUSR1 under Slurm says in one line whether the job was requeued (a signal during set-up:
+tests/system/test_hardening.py; the requeue through train.py: tests/system/test_preemption.py)."""
 from __future__ import annotations
 
 import errno
@@ -18,7 +19,7 @@ from tests.helpers.cli import FAST, build_loop, make_cfg
 
 @pytest.fixture
 def restore_signals():
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
     yield
     for s, h in old.items():
         signal.signal(s, h)
@@ -100,3 +101,31 @@ def test_a_signal_in_the_first_round_stops_at_once(tmp_path, monkeypatch):
         loop.run(progress_enabled=False)
     assert calls == [(signal.SIGTERM, "running round 1, before this invocation finished a round")]
     assert not (tmp_path / "checkpoints").exists() or not os.listdir(tmp_path / "checkpoints")
+
+
+@pytest.mark.parametrize("scontrol,needle", [
+    (None, "Slurm job 4242 was not requeued: scontrol is not on PATH; resume with: python train.py resume="),
+    ("exit 0", "Slurm job 4242 requeued, but its command has no resume=auto: add it to the job script"),
+], ids=["no_scontrol", "no_resume_auto"])
+def test_sigusr1_under_slurm_is_one_line_saying_whether_the_job_was_requeued(tmp_path, monkeypatch, capsys,
+                                                                             restore_signals, scontrol, needle):
+    from fl_lightning.loop import FederatedLoop
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if scontrol:
+        (bin_dir / "scontrol").write_text(f"#!/bin/sh\n{scontrol}\n")
+        (bin_dir / "scontrol").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    run_round = FederatedLoop.run_round
+
+    def signalled_round(self, r, progress):
+        if r == 1:
+            self._on_signal(signal.SIGUSR1, None)
+        return run_round(self, r, progress)
+
+    monkeypatch.setattr(FederatedLoop, "run_round", signalled_round)
+    code, err = _run_cli(make_cfg(FAST, tmp_path / "run"), capsys)
+    assert code == 128 + signal.SIGUSR1 and len(err) == 1, err
+    assert err[0].startswith("stopped after round 2; checkpoint saved; ") and needle in err[0], err
