@@ -134,20 +134,3 @@ def interruptible(fn):
     if out:
         raise out[0]
 
-
-@contextlib.contextmanager
-def deferred():
-    """:data:`SIGNALS` held while the block runs (recorded, then raised again under the previous handlers): for
-    steps a signal must not cut in half, such as forming the process group (the other ranks would print a C++ error)."""
-    got: list[int] = []
-    try:
-        old = {s: signal.signal(s, lambda signum, frame: got.append(signum)) for s in SIGNALS}
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        restore(old)
-        if got:
-            signal.raise_signal(got[0])
