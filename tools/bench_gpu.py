@@ -1,0 +1,110 @@
+"""Training speed on one GPU through ``train.py``: wall time (interpreter start to exit) and loop time
+(``summary.json``'s ``wall_s``: the rounds, evaluation and checkpoints, without start-up) of a few workloads, each in
+fp32 (``32-true``) and ``bf16-mixed``, and the peak GPU memory the process used (``nvidia-smi`` sampled every 0.2 s).
+
+* ``default``: the README's first command (FedAvg, the 53k-parameter CNN on the embedded digits, 40 rounds);
+* ``w1``: tools/bench.py's W1 on a fake CIFAR-10 (100 clients, 10 a round, 5 local epochs, the 879k-parameter FedAvg
+  CNN, 5 rounds);
+* ``vit``: FedMuon (seed 004's method) with ViT-Tiny (2.7 M parameters) on the fake CIFAR-10: 20 clients, 5 a round,
+  50 local steps of batch 64, 5 rounds.
+
+The fake CIFAR-10 is random pixels in torchvision's format (the speed of a step does not depend on the values).
+
+    python tools/bench_gpu.py                        # every workload, fp32 and bf16-mixed, on the GPU
+    python tools/bench_gpu.py --only default --accelerator cpu    # the same runs on the CPU
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+from bench import W1, overrides, write_fake_cifar10  # noqa: E402
+
+
+def workloads(data: str) -> dict[str, list[str]]:
+    w1 = [o for o in overrides(data, 1) if not o.startswith(("trainer.accelerator", "trainer.threads"))]
+    return {
+        "default": [],
+        "w1": w1,
+        "vit": ["data=cifar10", f"data.root={data}", "data.augment=false", "model=vit_tiny", "method=fedmuon",
+                "fl.num_clients=20", "fl.clients_per_round=5", "fl.local_steps=50", "data.batch_size=64",
+                "fl.rounds=5", "fl.eval_every=5"],
+    }
+
+
+class PeakMemory(threading.Thread):
+    """The most GPU memory in use (MiB, all processes: the run is the only one) while the run lasts."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.peak, self.base, self._stop = 0, None, threading.Event()
+
+    def read(self) -> int | None:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            return int(out.split()[0])
+        except Exception:
+            return None
+
+    def run(self):
+        self.base = self.read()
+        while not self._stop.is_set():
+            m = self.read()
+            if m is not None:
+                self.peak = max(self.peak, m)
+            self._stop.wait(0.2)
+
+    def stop(self) -> int | None:
+        self._stop.set()
+        self.join()
+        return None if self.base is None else self.peak - self.base
+
+
+def timed(args: list[str], run_dir: str, gpu: bool) -> dict:
+    mem = PeakMemory() if gpu else None
+    if mem:
+        mem.start()
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "train.py", *args, "trainer.progress=false", f"hydra.run.dir={run_dir}"],
+                       cwd=ROOT, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    peak = mem.stop() if mem else None
+    if p.returncode != 0:
+        return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        s = json.load(f)
+    return {"wall_s": round(wall, 1), "loop_s": s["wall_s"], "final": s["final"], "peak_mib": peak}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--accelerator", default="gpu")
+    ap.add_argument("--precision", nargs="*", default=["32-true", "bf16-mixed"])
+    ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "fl_bench_gpu"))
+    a = ap.parse_args()
+    data = os.path.join(a.work, "data")
+    write_fake_cifar10(data)
+    gpu = a.accelerator in ("gpu", "cuda")
+    for name, args in workloads(data).items():
+        if a.only and name not in a.only:
+            continue
+        for prec in a.precision:
+            run_dir = os.path.join(a.work, f"{name}-{prec}")
+            r = timed([*args, f"trainer.accelerator={a.accelerator}", f"trainer.precision={prec}", "overwrite=true"],
+                      run_dir, gpu)
+            print(json.dumps({"workload": name, "precision": prec, "accelerator": a.accelerator, **r}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
