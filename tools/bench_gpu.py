@@ -96,9 +96,9 @@ def main() -> None:
     data = os.path.join(a.work, "data")
     write_fake_cifar10(data)
     gpu = a.accelerator in ("gpu", "cuda")
-    for name, args in workloads(data).items():
-        if a.only and name not in a.only:
-            continue
+    loads = workloads(data)
+    for name in a.only or loads:  # in the order given
+        args = loads[name]
         for prec in a.precision:
             run_dir = os.path.join(a.work, f"{name}-{prec}")
             r = timed([*args, f"trainer.accelerator={a.accelerator}", f"trainer.precision={prec}", "overwrite=true"],
