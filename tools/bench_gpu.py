@@ -46,7 +46,7 @@ class PeakMemory(threading.Thread):
 
     def __init__(self):
         super().__init__(daemon=True)
-        self.peak, self.base, self._stop = 0, None, threading.Event()
+        self.peak, self.base, self._halt = 0, None, threading.Event()
 
     def read(self) -> int | None:
         try:
@@ -58,14 +58,14 @@ class PeakMemory(threading.Thread):
 
     def run(self):
         self.base = self.read()
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             m = self.read()
             if m is not None:
                 self.peak = max(self.peak, m)
-            self._stop.wait(0.2)
+            self._halt.wait(0.2)
 
     def stop(self) -> int | None:
-        self._stop.set()
+        self._halt.set()
         self.join()
         return None if self.base is None else self.peak - self.base
 
