@@ -43,7 +43,7 @@ def quiet_cpp_warnings() -> bool:
     return "torch" not in sys.modules
 
 
-def set_run(run_dir: str, last=None, round_now=None) -> None:
+def set_run(run_dir: str | None, last=None, round_now=None) -> None:
     """What the one line says: the run directory, and callables giving the last checkpoint and the round running."""
     _RUN.update(dir=run_dir, last=last or (lambda: None), round=round_now or (lambda: None))
 
@@ -135,9 +135,10 @@ class Heartbeat:
     def counts(self) -> list[int]:
         return [int(self.store.add(f"fl/beat/{r}", 0)) for r in range(self.world)]
 
-    def missing(self, check_s: float = CHECK_S) -> list[int] | None:
-        """The ranks whose beat stood still for ``check_s`` seconds, less those stopping because they lost a peer;
-        None when the store does not answer."""
+    def missing(self, check_s: float | None = None) -> list[int] | None:
+        """The ranks whose beat stood still for ``check_s`` seconds (default :data:`CHECK_S`), less those stopping
+        because they lost a peer; None when the store does not answer."""
+        check_s = CHECK_S if check_s is None else check_s
         self.stop()
         try:
             self.store.set(f"fl/lost/{self.rank}", "1")
@@ -180,16 +181,21 @@ def is_peer_failure(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and any(s in text for s in _SIGNS)
 
 
-def lost_peer_message(err: BaseException, rank: int, world: int, timeout_s: float | None) -> str:
-    """The one line a survivor prints: which ranks are gone (from the heartbeat), what failed, where the run stands."""
+def lost_peer_message(err: BaseException, rank: int, world: int, timeout_s: float | None,
+                      formed: bool | None = None) -> str:
+    """The one line a survivor prints: which ranks are gone (from the heartbeat), what failed, where the run stands.
+    ``formed``: whether the process group had formed (default: it is initialised now); before, the processes never
+    met."""
     ENDING.set()
     beat = _BEAT[0] if _BEAT else None
     missing = beat.missing() if beat is not None else None
     first = " ".join(str(err).split())
     first = first[first.find("]") + 1:].strip() if first.startswith("[") else first  # drop gloo's source location
     why = first.split(". ")[0][:160]
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_initialized():  # the rendezvous: the processes never met
+    if formed is None:
+        dist = sys.modules.get("torch.distributed")
+        formed = dist is not None and dist.is_initialized()
+    if not formed:  # the rendezvous: the processes never met
         addr = f"{os.environ.get('MASTER_ADDR', '?')}:{os.environ.get('MASTER_PORT', '?')}"
         if "timed out" in str(err).lower() or "timeout" in str(err).lower():
             return (f"rank {rank}: not every process joined within trainer.timeout_s={timeout_s:g} s ({why}); start "
