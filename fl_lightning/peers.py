@@ -103,9 +103,9 @@ def check_shared_dir(fabric, run_dir: str, wait_s: float = 5.0) -> None:
 
 # ---------------------------------------------------------------------------------------------- heartbeat
 def _default_store():
-    from torch.distributed import distributed_c10d
+    from ._compat import default_store
 
-    return distributed_c10d._get_default_store()  # noqa: SLF001 (the group's own store; no public accessor)
+    return default_store()
 
 
 class Heartbeat:
@@ -228,11 +228,11 @@ def watch_children(launcher) -> None:
     this process with one line (the rank, its exit code, where the run stands) instead of a silent SIGKILL."""
     import signal
 
-    observer = next((t for t in threading.enumerate() if t.name == "child-process-observer"), None)
+    from ._compat import silence_child_observer
+
     procs = list(getattr(launcher, "procs", []))
-    if observer is None or not procs:
+    if not procs or not silence_child_observer():
         return
-    observer._run = lambda: True  # noqa: SLF001 (its next poll ends it, killing nothing; ours takes over)
 
     def watch():
         while True:

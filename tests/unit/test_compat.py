@@ -28,3 +28,34 @@ def test_function_launcher_is_recognised():
         f"Lightning's {_compat.FUNCTION_LAUNCHER} was renamed ({VERSIONS}): trainer.strategy=ddp_spawn is not refused"
     ddp = Fabric(accelerator="cpu", devices=2, strategy="ddp")
     assert not _compat.starts_processes_from_a_function(ddp.strategy.launcher), VERSIONS
+
+
+def test_collective_timeout_reaches_the_strategy():
+    from lightning.fabric import Fabric
+
+    fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp")
+    assert _compat.set_collective_timeout(fabric.strategy, 42), f"Fabric's DDP strategy has no _timeout ({VERSIONS})"
+    assert fabric.strategy._timeout.total_seconds() == 42
+    one = Fabric(accelerator="cpu", devices=1)
+    assert not _compat.set_collective_timeout(one.strategy, 42)
+
+
+def test_default_store_is_the_groups_store():
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        store = _compat.default_store()
+        assert store.add("fl/beat/0", 1) == 1 and store.add("fl/beat/0", 0) == 1, VERSIONS
+    finally:
+        dist.destroy_process_group()
+
+
+def test_lightnings_child_observer_is_found_and_polls_through_run():
+    import inspect
+
+    from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
+
+    observer = _ChildProcessObserver(main_pid=-1, child_processes=[])
+    assert observer.name == _compat.OBSERVER_THREAD, f"Lightning renamed its observer thread ({VERSIONS})"
+    assert "self._run()" in inspect.getsource(type(observer).run), VERSIONS
