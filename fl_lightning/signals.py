@@ -133,4 +133,3 @@ def interruptible(fn):
         t.join(0.1)
     if out:
         raise out[0]
-
