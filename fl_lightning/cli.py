@@ -317,6 +317,7 @@ def _lost_peer(err: BaseException, cfg: DictConfig) -> None:
     dist = sys.modules["torch.distributed"]
     rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0) or 0)
     world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", 1) or 1)
+    peers.ENDING.set()  # before the heartbeat check: a launched rank's exit is this loss, not news
     msg = peers.lost_peer_message(err, rank, world, float(cfg.trainer.get("timeout_s", 300)))
     try:
         sys.stdout.flush()
@@ -402,9 +403,8 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
         from .progress import set_enabled
 
         set_enabled(flag(cfg, "trainer.progress", default=True))  # also for what runs before the loop (pre-training)
-        peers.set_run(run_dir)
+        peers.set_run(run_dir, lambda: loop and loop.checkpointer.last, lambda: loop and loop.round + 1)
         loop = build(cfg, run_dir)
-        peers.set_run(run_dir, lambda: loop.checkpointer.last, lambda: loop.round + 1)
         signals.set_phase("restoring the checkpoint" if resume else "setting up the strategy")
         loop.setup(resume=resume, force=force)
         if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone

@@ -132,6 +132,10 @@ class Heartbeat:
                 return
             self._stop.wait(self.period)
 
+    def stopping(self) -> set[int]:
+        """The ranks that said they are ending because they lost a peer (``fl/lost/<rank>``)."""
+        return {r for r in range(self.world) if self.store.check([f"fl/lost/{r}"])}
+
     def counts(self) -> list[int]:
         return [int(self.store.add(f"fl/beat/{r}", 0)) for r in range(self.world)]
 
@@ -145,8 +149,8 @@ class Heartbeat:
             before = self.counts()
             time.sleep(check_s)
             after = self.counts()
-            still = [r for r in range(self.world) if r != self.rank and after[r] == before[r]]
-            return [r for r in still if not self.store.check([f"fl/lost/{r}"])]
+            stopping = self.stopping()
+            return [r for r in range(self.world) if r != self.rank and after[r] == before[r] and r not in stopping]
         except Exception:
             return None
 
@@ -174,8 +178,8 @@ def is_peer_failure(err: BaseException) -> bool:
     dist = sys.modules.get("torch.distributed")
     if dist is None:
         return False
-    kinds = tuple(k for k in (getattr(dist, "DistError", None),) if k is not None)
-    if kinds and isinstance(err, kinds):
+    kind = getattr(dist, "DistError", None)
+    if kind is not None and isinstance(err, kind):
         return True
     text = str(err).lower()
     return isinstance(err, RuntimeError) and any(s in text for s in _SIGNS)
@@ -186,7 +190,6 @@ def lost_peer_message(err: BaseException, rank: int, world: int, timeout_s: floa
     """The one line a survivor prints: which ranks are gone (from the heartbeat), what failed, where the run stands.
     ``formed``: whether the process group had formed (default: it is initialised now); before, the processes never
     met."""
-    ENDING.set()
     beat = _BEAT[0] if _BEAT else None
     missing = beat.missing() if beat is not None else None
     first = " ".join(str(err).split())
@@ -214,12 +217,9 @@ def lost_peer_message(err: BaseException, rank: int, world: int, timeout_s: floa
 
 
 def _stopping() -> set[int]:
-    beat = _BEAT[0] if _BEAT else None
-    if beat is None:
-        return set()
     try:
-        return {r for r in range(beat.world) if beat.store.check([f"fl/lost/{r}"])}
-    except Exception:
+        return _BEAT[0].stopping() if _BEAT else set()
+    except Exception:  # the store is gone
         return set()
 
 
@@ -240,8 +240,10 @@ def watch_children(launcher) -> None:
             codes = [p.poll() for p in procs]
             if all(c == 0 for c in codes):
                 return
+            if ENDING.is_set():  # this process says why it ends
+                return
             dead = [(i + 1, c) for i, c in enumerate(codes) if c not in (None, 0)]
-            if not dead or ENDING.is_set():
+            if not dead:
                 continue
             time.sleep(1.0)  # the main thread may be reporting the same loss; it says more (the heartbeat)
             if ENDING.is_set():

@@ -10,15 +10,16 @@ class _CheckpointerBase:
 
     def __init__(self, root: str, *, config_hash: str = "", keep_last: int = 2, rank: int = 0, world_size: int = 1,
                  barrier: Callable[[], None] | None = None, per_rank: tuple[str, ...] = ("clients",),
-                 background_bytes: int = 0, compact: float = 0.0, claim: Callable[[int], bool] | None = None):
+                 background_bytes: int = 0, compact: float = 0.0):
         self.background_bytes, self.compact = int(background_bytes), float(compact)
         self._thread: threading.Thread | None = None  # the checkpoint being written behind
         self._error: BaseException | None = None  # its failure, re-raised by wait()
         self.root, self.config_hash, self.keep_last = root, config_hash, int(keep_last)
         self.rank, self.world_size, self.per_rank = rank, world_size, tuple(per_rank)
         self.barrier = barrier or (lambda: None)
-        # which clients' states this process takes from a checkpoint written by another number of processes
-        self.claim: Callable[[int], bool] = claim or (lambda cid: True)
+        # which clients' states this process takes from a checkpoint written by another number of processes (the
+        # loop sets it: each client's home process)
+        self.claim: Callable[[int], bool] = lambda cid: True
         self.last: str | None = None  # the newest checkpoint written or loaded
         # per per-rank object: the checkpoint holding each client's saved state, the SHA-256 of those checkpoints'
         # client files and how many clients each file holds
@@ -26,6 +27,10 @@ class _CheckpointerBase:
 
     def _stem(self, name: str, rank: int | None = None) -> str:
         return f"{name}.rank{self.rank if rank is None else rank}" if name in self.per_rank else name
+
+    def _regroups(self, meta: dict) -> bool:
+        """Was the checkpoint of ``meta`` written by another number of processes (its client states shared out again)?"""
+        return meta.get("world_size", 1) != self.world_size
 
     def _sync(self) -> None:
         if self.world_size > 1:

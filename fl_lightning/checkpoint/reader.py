@@ -63,7 +63,7 @@ class CheckpointReader(_CheckpointerBase):
                               f"reads format {FORMAT}; finish that run with the version that started it")
         ours = set(objects) & set(meta.get("objects", ()))
         mine = {self._stem(name) + (".json" if name in self.per_rank else ".safetensors"): name for name in ours}
-        regroup = meta.get("world_size", 1) != self.world_size  # every process's clients, this one's claim taken
+        regroup = self._regroups(meta)  # every process's clients, this one's claim taken
         merged: dict[str, list[_LazyTensors]] = {}
         blobs: dict[str, bytes] = {}  # every file is read once: checksummed, and parsed from the same bytes if ours
         states: dict[str, Mapping] = {}
@@ -140,7 +140,7 @@ class CheckpointReader(_CheckpointerBase):
 
     def _restore(self, path: str, states: dict[str, Mapping], meta: dict, objects: Mapping[str, Stateful],
                  force: bool) -> dict:
-        regroup = meta.get("world_size", 1) != self.world_size
+        regroup = self._regroups(meta)
         if regroup:
             log.info("resume: %s was written by %s processes, this run has %d: the client states are shared out "
                      "again", path, meta.get("world_size"), self.world_size)
