@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="report", help="output folder (default: ./report)")
     ap.add_argument("--round-means", nargs="+", default=[], metavar="COLUMN",
                     help="metrics.csv columns reported as their mean over each run's rounds (e.g. precond_drift)")
+    ap.add_argument("--metrics", nargs="+", default=[], metavar="COLUMN",
+                    help="metrics.csv columns reported by their final value, mean ± std (e.g. train_loss)")
     ap.add_argument("--name", default="report", help="file stem: OUT/NAME.md, OUT/NAME.csv, OUT/NAME_*.png")
     ap.add_argument("--title", default=None, help="the page's title")
     ap.add_argument("--no-plots", action="store_true")
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                 declared(d)
             return 0
         rows = report(a.dirs, a.out, a.by, a.select, a.target, plots=not a.no_plots, name=a.name, title=a.title,
-                      round_means=a.round_means, stat=a.stat, blowup=a.blowup,
+                      round_means=a.round_means, stat=a.stat, blowup=a.blowup, metrics=a.metrics,
                       command="python -m fl_lightning.report " + " ".join(shlex.quote(x) for x in argv_used))
     except ReportError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -10,12 +10,15 @@ command runs the grid and writes its page (``docs/results/<name>.md`` and its PN
           by: [label]
           stat: median        # optional: median and 90th percentile of the final metric (default: mean ± std)
           blowup: 37.07       # optional: a final metric worse than this counts as diverged
+          metrics: [train_loss]  # optional: columns reported by their final value
+          about: "... {{fl.rounds}} rounds, seeds {{seed}} ..."   # the runs' values (fl_lightning.report.about)
 
 Hydra calls :meth:`ReportWhenDone.on_multirun_end` in the launching process after every job has returned (any
 launcher: basic, joblib, submitit); a single run (no ``-m``) writes nothing.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import shlex
 import sys
@@ -29,10 +32,10 @@ class ReportWhenDone(Callback):
     def __init__(self, out: str, name: str = "report", by: list[str] | None = None, select: str | None = None,
                  target: float | None = None, title: str | None = None, about: str | None = None,
                  plots: bool = True, round_means: list[str] | None = None, stat: str = "mean",
-                 blowup: float | None = None) -> None:
+                 blowup: float | None = None, metrics: list[str] | None = None) -> None:
         self.out, self.name, self.by, self.select, self.target = out, name, list(by or ["method"]), select, target
         self.title, self.about, self.plots, self.round_means = title, about, plots, list(round_means or [])
-        self.stat, self.blowup = stat, blowup
+        self.stat, self.blowup, self.metrics = stat, blowup, list(metrics or [])
 
     @staticmethod
     def command(config: DictConfig) -> str:
@@ -48,7 +51,7 @@ class ReportWhenDone(Callback):
         again = f"python -m fl_lightning.report {shlex.quote(sweep_dir)} --declared   # again, from the runs on disk"
         rows = report([sweep_dir], self.out, self.by, self.select, self.target, self.plots, self.name, self.title,
                       f"{self.command(config)}\n    {again}", self.about, self.round_means, stat=self.stat,
-                      blowup=self.blowup)
+                      blowup=self.blowup, metrics=self.metrics)
         print(f"report: {len(rows)} rows from {sum(r.n for r in rows)} runs in {self.out}/{self.name}.md")
         return rows
 
@@ -68,6 +71,7 @@ def declared(sweep_dir: str) -> list:
     from omegaconf import OmegaConf
 
     from . import ReportError
+    from .runs import closest
 
     path = os.path.join(sweep_dir, "multirun.yaml")
     if not os.path.exists(path):
@@ -80,4 +84,9 @@ def declared(sweep_dir: str) -> list:
         raise ReportError(f"report: {path} declares no report (hydra.callbacks.<name>._target_: "
                           "fl_lightning.report.callback.ReportWhenDone); fix: give --by/--out instead of --declared")
     kwargs = {k: v for k, v in OmegaConf.to_container(nodes[0], resolve=False).items() if k != "_target_"}
+    known = inspect.signature(ReportWhenDone.__init__).parameters
+    for k in kwargs:
+        if k not in known:
+            raise ReportError(f"report: {path}: the report callback's {k}: no such option"
+                              f"{closest(k, set(known) - {'self'})}")
     return ReportWhenDone(**kwargs).write(cfg, sweep_dir)

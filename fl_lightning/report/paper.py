@@ -1,16 +1,22 @@
-"""The paper's numbers beside ours: an experiment config's ``paper:`` block (:class:`fl_lightning.schema.Root`).
+"""The paper's numbers beside ours: each run's own ``paper:`` block (:class:`fl_lightning.schema.Root`).
 
     paper:
       source: "seed 002 (FedSMU), Table 2: CIFAR-10, Dir (0.25)-H"   # where the numbers are printed
-      metric: "top-1 test accuracy (%), 4000 rounds"                # what they measure, in the paper's units
-      cells:                                                        # one per reproduced cell: the keys that pick the
-        - {method: fedavg, value: 55.2}                             # row (report keys, as --by takes them) + value
-      ordering: [fedmuon_bc, local_muon, fedavg]                    # expected order, best first, of --by's first key
-                                                                    # (a list in it: a tier, its order not stated:
-                                                                    # [fedmuon, [fedavg, scaffold]] = fedmuon above both)
+      metric: "top-1 test accuracy (%), 4000 rounds"                # what they measure, in the paper's words
+      key: test_acc          # the run metric the numbers are compared with: a metrics.csv column (its final value),
+                             # or rounds_to_target (the report's rounds to --target)
+      unit: "%"              # the paper's unit: "%" (a fraction of ours is shown x 100), fraction, or null (ours)
+      cells:                 # one per reproduced cell: the keys that pick the row (report keys, as --by takes them)
+        - {method: fedavg, value: 55.2}                             # + the paper's number
+      ordering: [fedmuon_bc, local_muon, fedavg]   # a claim in every setting: --by's first key's values, best first
+                                                   # (a list in it: a tier, its order not stated)
+      claims:                # what the paper says, each checked on the report's rows (:mod:`.claims`)
+        - {better: fedsmu, worse: fedavg, text: "FedSMU above FedAvg (Table 2)"}
+        - {order: [2, [0, 1, 4]], where: {data.partition.alpha: 0.1}, text: "T = 2 is best at beta = 0.1 (Fig. 2)"}
 
-A cell matches a report row when each of its keys has the row's value (numbers compared to 1e-9 relative). Seed 000
-prints no numbers, only orderings: ``ordering`` states them and the report says whether ours agrees.
+A cell matches a report row when each of its keys has the row's value (numbers compared to 1e-9 relative), for every
+run of the row. Rows never mix runs of two blocks (:func:`.table.summarize`), so each row is compared with its own
+paper. Seed 000 prints no numbers, only orderings: ``ordering`` and ``claims`` state them.
 """
 from __future__ import annotations
 
@@ -24,6 +30,11 @@ from ..errors import ConfigError
 from .runs import ReportError
 from .table import Row
 
+UNITS = ("%", "fraction", None)
+FRACTIONS = ("acc", "f1", "mcc", "frac")  # our metrics whose value is a fraction: test_acc, val_f1, mu_frac, ...
+_KEYS = ("source", "metric", "key", "unit", "cells", "ordering", "claims")
+_CLAIM_KEYS = ("better", "worse", "order", "where", "text")
+
 
 class PaperError(ConfigError, ReportError):
     """A malformed ``paper:`` block: a config error (refused before a run) the report also stops on."""
@@ -33,8 +44,15 @@ class PaperError(ConfigError, ReportError):
 class Paper:
     source: str = ""
     metric: str = ""
+    key: str | None = None
+    unit: str | None = None
     cells: list[dict[str, Any]] = field(default_factory=list)
     ordering: list[Any] = field(default_factory=list)
+    claims: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _tiers_ok(order: Any) -> bool:
+    return isinstance(order, list) and len(order) > 0 and not any(isinstance(t, list) and not t for t in order)
 
 
 def read_paper(node: Any) -> Paper | None:
@@ -43,10 +61,16 @@ def read_paper(node: Any) -> Paper | None:
         return None
     block = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
     if not isinstance(block, dict):
-        raise PaperError("paper", f"expected a table, got {block!r}", "give source, metric, cells, ordering")
-    unknown = set(block) - {"source", "metric", "cells", "ordering"}
+        raise PaperError("paper", f"expected a table, got {block!r}", f"give {', '.join(_KEYS)}")
+    unknown = set(block) - set(_KEYS)
     if unknown:
-        raise PaperError(f"paper.{sorted(unknown)[0]}", "no such key", "use source, metric, cells, ordering")
+        raise PaperError(f"paper.{sorted(unknown)[0]}", "no such key", f"use {', '.join(_KEYS)}")
+    key = block.get("key")
+    if key is not None and not isinstance(key, str):
+        raise PaperError("paper.key", f"got {key!r}", "name the run metric the numbers compare with (test_acc, "
+                         "train_loss, test_ppl, ..., or rounds_to_target)")
+    if block.get("unit") not in UNITS:
+        raise PaperError("paper.unit", f"got {block['unit']!r}", "use '%', fraction or null (the metric's own scale)")
     cells = block.get("cells") or []
     if not isinstance(cells, list):
         raise PaperError("paper.cells", "expected a list", "write cells: [{KEY: VALUE, ..., value: NUMBER}]")
@@ -56,48 +80,103 @@ def read_paper(node: Any) -> Paper | None:
             raise PaperError(f"paper.cells[{i}]", f"got {c!r}",
                              "give the keys that pick the row and the paper's number, {KEY: VALUE, ..., value: NUMBER}")
     ordering = block.get("ordering") or []
-    if not isinstance(ordering, list) or any(isinstance(t, list) and not t for t in ordering):
+    if ordering and not _tiers_ok(ordering):
         raise PaperError("paper.ordering", "expected a list", "list the first --by key's values best first (a list "
                          "inside it is a tier whose order is not stated)")
-    return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), cells, ordering)
+    claims = block.get("claims") or []
+    if not isinstance(claims, list):
+        raise PaperError("paper.claims", "expected a list", "write claims: [{better: A, worse: B, text: ...}]")
+    for i, c in enumerate(claims):
+        where = f"paper.claims[{i}]"
+        if not isinstance(c, dict) or set(c) - set(_CLAIM_KEYS):
+            raise PaperError(where, f"got {c!r}", f"use the keys {', '.join(_CLAIM_KEYS)}")
+        pair = "better" in c and "worse" in c
+        if pair == ("order" in c) or ("order" in c and not _tiers_ok(c["order"])):
+            raise PaperError(where, f"got {c!r}", "give either better and worse, or order (values of the first --by "
+                             "key, best first)")
+        if not isinstance(c.get("where", {}), dict):
+            raise PaperError(f"{where}.where", f"got {c['where']!r}", "give {KEY: VALUE, ...} of the other --by keys")
+    return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), key, block.get("unit"), cells,
+                 ordering, claims)
 
 
-def _same(a: Any, b: Any) -> bool:
+def same(a: Any, b: Any) -> bool:
+    """Config values equal: numbers to 1e-9 relative, anything else by its text."""
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return math.isclose(float(a), float(b), rel_tol=1e-9)
     return str(a) == str(b)
 
 
-def cell_value(row: Row, paper: Paper) -> float | None:
-    """The paper's number for ``row`` (its first run's values of the cell's keys), or None."""
-    run = row.runs[0]
-    for c in paper.cells:
-        if all(_same(row.group.get(k, run.value(k)), v) for k, v in c.items() if k != "value"):
-            return float(c["value"])
+def matches(row: Row, keys: dict[str, Any]) -> bool:
+    """Does every run of ``row`` have these keys' values (a ``--by`` key: the row's)?"""
+    return all(same(row.group[k] if k in row.group else run.value(k), v) for run in row.runs for k, v in keys.items())
+
+
+def cell_of(row: Row) -> dict[str, Any] | None:
+    """The cell of the row's own paper that every run of the row matches (None: none). A cell that only some of the
+    row's runs match is an error: the row mixes runs the paper tells apart."""
+    if row.paper is None:
+        return None
+    for c in row.paper.cells:
+        keys = {k: v for k, v in c.items() if k != "value"}
+        hits = [all(same(row.group[k] if k in row.group else run.value(k), v) for k, v in keys.items())
+                for run in row.runs]
+        if all(hits):
+            return c
+        if any(hits):
+            raise ReportError(f"report: the row {_where(row.group)} mixes runs that the paper cell {_where(keys)} "
+                              "tells apart; fix: add those keys to --by")
     return None
 
 
-def ordering_lines(rows: list[Row], paper: Paper) -> list[str]:
-    """Ours against the paper's ordering: per combination of the other ``--by`` keys, the ordered values of the first
-    key by mean (or median) final primary metric, and whether it agrees: no value ranked above one of an earlier tier."""
-    if not paper.ordering or not rows:
-        return []
-    first = list(rows[0].group)[0]
-    sign = -1.0 if rows[0].runs[0].primary[1] == "min" else 1.0
-    tiers = [[str(v) for v in t] if isinstance(t, list) else [str(t)] for t in paper.ordering]
-    tier = {v: i for i, t in enumerate(tiers) for v in t}
-    shown = [t[0] if len(t) == 1 else "{" + ", ".join(t) + "}" for t in tiers]
-    lines = [f"The paper's ordering (best first{'; braces: order not stated' if len(shown) < len(tier) else ''}): "
-             f"{' > '.join(shown)}."]
-    blocks: dict[tuple, list[Row]] = {}
-    for r in rows:
-        blocks.setdefault(tuple(repr(v) for k, v in r.group.items() if k != first), []).append(r)
-    stat = "median" if "median" in rows[0].stats else "mean"
-    for members in blocks.values():
-        ours = sorted((r for r in members if str(r.group[first]) in tier), key=lambda r: -sign * r.center)
-        got = [str(r.group[first]) for r in ours]
-        agrees = all(tier[a] <= tier[b] for a, b in zip(got, got[1:]))
-        where = ", ".join(f"{k} = {v}" for k, v in members[0].group.items() if k != first)
-        lines.append(f"Ours{' at ' + where if where else ''} ({stat} final {rows[0].metric}): {' > '.join(got)}: "
-                     f"{'agrees' if agrees else 'differs'}.")
-    return lines
+def fraction(metric: str) -> bool:
+    """Is our ``metric`` a fraction (accuracy, F1, MCC, ``*_frac``), to be shown x 100 beside a paper in %?"""
+    return metric.rsplit("_", 1)[-1] in FRACTIONS
+
+
+def ours(row: Row) -> tuple[float, float] | None:
+    """The row's number to put beside its paper's, in the paper's unit: (center, std); None where the paper declares
+    no key or its key is not one the row's runs logged."""
+    p = row.paper
+    if p is None or not p.key:
+        return None
+    if p.key == row.metric:
+        name = "median" if "median" in row.stats else "final"
+    else:
+        name = p.key if p.key == "rounds_to_target" else f"final {p.key}"
+    mean, std = row.stats.get(name, (math.nan, math.nan))
+    if math.isnan(mean):
+        return None
+    factor = 100.0 if p.unit == "%" and fraction(p.key) else 1.0
+    return mean * factor, (math.nan if row.n == 1 else std * factor)
+
+
+def _where(keys: dict[str, Any]) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in keys.items())
+
+
+def notes(rows: list[Row], papers: list[Paper]) -> list[str]:
+    """One line per thing a reader must know about the paper columns: a paper whose metric the runs did not log (or
+    whose unit cannot be converted), and every cell that no row matched (``no run for``)."""
+    out = []
+    for i, p in enumerate(papers):
+        mine = [r for r in rows if r.paper is p]
+        tag = f"Paper [{i + 1}]" if len(papers) > 1 else "The paper"
+        if p.cells and not p.key:
+            out.append(f"{tag} declares no `key` (the run metric its numbers measure): its numbers are shown as "
+                       "printed, not compared with ours.")
+        elif p.cells and all(ours(r) is None for r in mine):
+            logged = sorted(set().union(*(run.columns for r in mine for run in r.runs)) - {"round"})
+            why = "needs --target" if p.key == "rounds_to_target" else \
+                f"is not one these runs logged (they logged {', '.join(logged)})"
+            out.append(f"{tag}'s metric `{p.key}` ({p.metric or 'no description'}) {why}: its numbers are shown as "
+                       "printed, not compared with ours.")
+        elif p.cells and p.unit in ("%", "fraction") and not fraction(p.key):
+            out.append(f"{tag} gives `{p.key}` as a {'percentage' if p.unit == '%' else 'fraction'}, which ours is "
+                       "not: ours is shown unconverted.")
+        matched = {id(cell_of(r)) for r in mine}
+        for c in p.cells:
+            if id(c) not in matched:
+                out.append(f"{tag}: no run for {_where({k: v for k, v in c.items() if k != 'value'})} "
+                           f"(the paper's {c['value']:g}).")
+    return out

@@ -8,8 +8,9 @@ import os
 from .table import Row
 
 
-def _label(row: Row, shown: list[str]) -> str:
-    parts = [str(row.group[k]) for k in shown] + [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in row.setting.items()]
+def _label(row: Row, shown: list[str], context: list[str] = ()) -> str:
+    parts = [str(row.group[k]) for k in shown] + [str(row.context.get(k)) for k in context] + \
+        [f"{k.rsplit('.', 1)[-1]}={v}" for k, v in row.setting.items()]
     return ", ".join(parts) + f" (n={row.n})"
 
 
@@ -58,6 +59,7 @@ def plot(rows: list[Row], out_dir: str, prefix: str = "") -> list[str]:
 
     metric = rows[0].metric
     first = list(rows[0].group)[:1]
+    context = [k for k in rows[0].context if len({repr(r.context.get(k)) for r in rows}) > 1]  # data / model names
     names = []
     for suffix, members in _panels(rows):
         title = ", ".join(f"{k} = {members[0].group[k]}" for k in list(members[0].group)[1:])
@@ -68,7 +70,7 @@ def plot(rows: list[Row], out_dir: str, prefix: str = "") -> list[str]:
                 if not x:
                     continue
                 style = ("-", "--", ":")[min(i // 10, 2)]  # the colour cycle repeats after 10 lines
-                line, = ax.plot(x, m, style, label=_label(row, first), linewidth=1.6)
+                line, = ax.plot(x, m, style, label=_label(row, first, context), linewidth=1.6)
                 ax.fill_between(x, [a - b for a, b in zip(m, s)], [a + b for a, b in zip(m, s)],
                                 color=line.get_color(), alpha=0.2, linewidth=0)
             if x_col is None:

@@ -3,6 +3,7 @@ round) and ``summary.json`` (the primary metric and its mode), found recursively
 from __future__ import annotations
 
 import csv
+import difflib
 import json
 import math
 import os
@@ -24,6 +25,19 @@ _IGNORED = ("seed", "run_dir", "resume", "force_resume", "stop_after_rounds", "o
 
 class ReportError(FLError):
     """A path or option the report cannot use (one line)."""
+
+
+def closest(name: str, known) -> str:
+    """``; closest: X`` naming the existing name nearest ``name`` (difflib), for a one-line error."""
+    near = difflib.get_close_matches(name, sorted(set(known)), n=1, cutoff=0.0)
+    return f"; closest: {near[0]}" if near else ""
+
+
+def no_such(option: str, name: str, what: str, known) -> ReportError:
+    """The one-line error for an option naming a key or column that no run has."""
+    return ReportError(f"report: {option} {name}: no run has this {what}{closest(name, known)}")
+
+_ABSENT = object()
 
 
 @dataclass
@@ -58,9 +72,14 @@ class Run:
         """(round, value) of every row that has ``metric`` (evaluated rounds only)."""
         return [(int(r["round"]), r[metric]) for r in self.rows if not math.isnan(r.get(metric, math.nan))]
 
+    def has(self, key: str) -> bool:
+        """Does the run's config have ``key`` (a group's display name and ``label`` always count)?"""
+        return key in _NAMED or key == "label" or \
+            OmegaConf.select(self.config, key, default=_ABSENT, throw_on_resolution_failure=False) is not _ABSENT
+
     @cached_property
-    def flat(self) -> dict[str, Any]:
-        """The config as ``{dotted key: value}`` (lists as tuples), without the keys in ``_IGNORED``."""
+    def leaves(self) -> dict[str, Any]:
+        """The whole config as ``{dotted key: value}`` (lists as tuples)."""
         out: dict[str, Any] = {}
 
         def walk(node, prefix):
@@ -71,7 +90,22 @@ class Run:
                 out[prefix[:-1]] = tuple(node) if isinstance(node, list) else node
 
         walk(OmegaConf.to_container(self.config, resolve=True), "")
-        return {k: v for k, v in out.items() if not any(k == i or k.startswith(i + ".") for i in _IGNORED)}
+        return out
+
+    @property
+    def keys(self) -> set[str]:
+        """The keys ``--by`` and the about text's placeholders may name."""
+        return set(self.leaves) | set(_NAMED) | {"label"}
+
+    @cached_property
+    def columns(self) -> set[str]:
+        """The metrics.csv columns this run logged (a value in at least one row)."""
+        return {k for r in self.rows for k, v in r.items() if not math.isnan(v)}
+
+    @cached_property
+    def flat(self) -> dict[str, Any]:
+        """The config as ``{dotted key: value}`` (lists as tuples), without the keys in ``_IGNORED``."""
+        return {k: v for k, v in self.leaves.items() if not any(k == i or k.startswith(i + ".") for i in _IGNORED)}
 
 
 def _float(v: str) -> float:
@@ -114,17 +148,19 @@ def read_run(path: str) -> Run:
 
 
 def find_runs(paths: list[str]) -> list[Run]:
-    """Every run directory under ``paths`` (each a run or a folder of runs, e.g. a Hydra multirun): per path given,
-    a sweep's runs in its job order (the order of its grid), other runs by path."""
-    found = []
-    for i, p in enumerate(paths):
+    """Every run directory under ``paths`` (each a run or a folder of runs, e.g. a Hydra multirun), whatever the
+    order the paths are given in: the paths sorted, and per path a sweep's runs in its job order (the order of its
+    grid), other runs by path; a run found under two of the paths counts once."""
+    for p in paths:
         if not os.path.isdir(p):
             raise ReportError(f"report: {p} is not a directory; fix: give run or sweep directories")
+    found: dict[str, int] = {}
+    for i, p in enumerate(sorted({os.path.abspath(p) for p in paths})):
         for root, dirs, files in os.walk(p):
             dirs[:] = sorted(d for d in dirs if d not in ("checkpoints", "logs", ".hydra"))
             if "config.yaml" in files and ("metrics.csv" in files or "summary.json" in files):
-                found.append((i, root))
+                found.setdefault(root, i)
     if not found:
         raise ReportError(f"report: no run (a folder with metrics.csv and config.yaml) under {', '.join(paths)}")
-    runs = [(i, read_run(p)) for i, p in sorted(set(found))]
+    runs = [(i, read_run(p)) for p, i in found.items()]
     return [r for _, r in sorted(runs, key=lambda ir: (ir[0], ir[1].job, ir[1].path))]

@@ -8,15 +8,22 @@ when METRIC is a ``val_*`` metric (``data.val_fraction``). Mean and sample stand
 with ``stat="median"`` the median and the 90th percentile of the final value instead (a run that stopped early
 counting as the worst value, +inf for a minimised metric). A row counts its runs that *diverged*: stopped before
 their last round (:attr:`Run.stopped`: a non-finite loss) or, with ``blowup``, finished worse than it.
+
+Runs of different data, models or ``paper:`` blocks never share a row, whatever ``--by`` says (:attr:`Row.context`,
+:attr:`Row.paper_id`), so that each row is compared with its own paper's cells. A ``--by`` key, ``--select``,
+``--round-means`` or ``--metrics`` column that no run has is a one-line error naming the closest that exists.
 """
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from .runs import ReportError, Run
+from .runs import ReportError, Run, no_such
+
+CONTEXT = ("data", "model")  # what a row never mixes: the data set's and the model's names
 
 
 def minimised(metric: str, run: Run | None = None) -> bool:
@@ -37,6 +44,10 @@ class Row:
     candidates: int = 1                         # settings the selection chose from
     diverged: int = 0                           # runs that stopped early or ended worse than ``blowup``
     blowup: float | None = None
+    context: dict[str, Any] = field(default_factory=dict)  # the data and model names of its runs
+    paper_id: str | None = None                 # its runs' paper: block (canonical JSON), None without one
+    paper: Any = None                           # that block read (:class:`.paper.Paper`), set by the report
+    source: int | None = None                   # its number in the page's list of paper sources
 
     @property
     def center(self) -> float:
@@ -69,10 +80,10 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def run_numbers(run: Run, metric: str, target: float | None, low: bool | None = None,
-                round_means: list[str] = ()) -> dict[str, float]:
-    """Final and best ``metric``, rounds to reach ``target``, total uplink / downlink MB, wall seconds of one run, and
-    the mean over its logged rounds of each ``round_means`` column (``mean <column>``); ``low``: lower is better
-    (None: :func:`minimised`)."""
+                round_means: list[str] = (), metrics: list[str] = ()) -> dict[str, float]:
+    """Final and best ``metric``, rounds to reach ``target``, total uplink / downlink MB, wall seconds of one run, the
+    final value of each ``metrics`` column (``final <column>``) and the mean over its logged rounds of each
+    ``round_means`` column (``mean <column>``); ``low``: lower is better (None: :func:`minimised`)."""
     series = run.series(metric)
     vals = [v for _, v in series]
     low = minimised(metric, run) if low is None else low
@@ -84,10 +95,35 @@ def run_numbers(run: Run, metric: str, target: float | None, low: bool | None = 
     last = run.rows[-1] if run.rows else {}
     for col in ("uplink_mb", "downlink_mb", "wall_s"):
         out[col] = last.get(col, math.nan)
+    for col in metrics:
+        vals = [v for _, v in run.series(col)]
+        out[f"final {col}"] = vals[-1] if vals else math.nan
     for col in round_means:
         vals = [v for _, v in run.series(col)]
         out[f"mean {col}"] = statistics.fmean(vals) if vals else math.nan
     return out
+
+
+def paper_id(run: Run) -> str | None:
+    """The identity of a run's ``paper:`` block: its canonical JSON (None: the run has none)."""
+    block = run.value("paper")
+    return None if block is None else json.dumps(block, sort_keys=True, default=str)
+
+
+def check_names(runs: list[Run], by: list[str], select: str | None, round_means: list[str],
+                metrics: list[str]) -> None:
+    """Every ``--by`` key is some run's config key, every column some run's metrics.csv column; else one line naming
+    the closest one that exists."""
+    keys = set().union(*(r.keys for r in runs))
+    for k in by:
+        if not any(r.has(k) for r in runs):
+            raise no_such("--by", k, "config key", keys)
+    columns = set().union(*(r.columns for r in runs))
+    for option, names in (("--select", [select] if select else []), ("--round-means", round_means),
+                          ("--metrics", metrics)):
+        for c in names:
+            if c not in columns:
+                raise no_such(option, c, "metrics.csv column", columns)
 
 
 def _swept(runs: list[Run], by: list[str]) -> list[str]:
@@ -115,18 +151,21 @@ def _swept(runs: list[Run], by: list[str]) -> list[str]:
 
 def summarize(runs: list[Run], by: list[str], select: str | None = None, target: float | None = None,
               metric: str | None = None, round_means: list[str] = (), stat: str = "mean",
-              blowup: float | None = None) -> list[Row]:
+              blowup: float | None = None, metrics: list[str] = ()) -> list[Row]:
     """The report's rows, in the order the groups first appear in ``runs``; ``stat``: ``mean`` (± std) or
     ``median`` (and 90th percentile) of the final metric; ``blowup``: a final metric worse than this is a divergence;
-    ``round_means``: columns reported as their mean over each run's rounds."""
+    ``round_means``: columns reported as their mean over each run's rounds; ``metrics``: columns reported by their
+    final value (mean ± std)."""
     if not runs:
         raise ReportError("report: no runs")
     if stat not in ("mean", "median"):
         raise ReportError(f"report: --stat {stat}: expected mean or median")
+    check_names(runs, by, select, list(round_means), list(metrics))
     metric = metric or next((r for r in runs if r.summary), runs[0]).primary[0]  # a run killed early has no summary
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
-        groups.setdefault(tuple(repr(r.value(k)) for k in by), []).append(r)
+        key = tuple(repr(r.value(k)) for k in (*by, *CONTEXT)) + (paper_id(r),)
+        groups.setdefault(key, []).append(r)
     rows = []
     for members in groups.values():
         swept = _swept(members, by)
@@ -135,6 +174,7 @@ def summarize(runs: list[Run], by: list[str], select: str | None = None, target:
             flat = r.flat
             settings.setdefault(tuple(repr(flat.get(k)) for k in swept), []).append(r)
         group = {k: members[0].value(k) for k in by}
+        extra = {"context": {k: members[0].value(k) for k in CONTEXT}, "paper_id": paper_id(members[0])}
         chosen = list(settings.values())
         if select and len(chosen) > 1:
             if not all(r.series(select) for s in chosen for r in s):
@@ -143,16 +183,17 @@ def summarize(runs: list[Run], by: list[str], select: str | None = None, target:
             score = {i: _mean_std([run_numbers(r, select, None)["final"] for r in s])[0] for i, s in enumerate(chosen)}
             pick = (min if minimised(select, members[0]) else max)(score, key=lambda i: score[i])
             rows.append(_row(group, swept, chosen[pick], metric, target, select, len(chosen), stat, blowup,
-                             round_means))
+                             round_means, metrics, extra))
         else:
-            rows.extend(_row(group, swept, s, metric, target, None, 1, stat, blowup, round_means) for s in chosen)
+            rows.extend(_row(group, swept, s, metric, target, None, 1, stat, blowup, round_means, metrics, extra)
+                        for s in chosen)
     return rows
 
 
-def _row(group, swept, runs, metric, target, select, candidates, stat, blowup, round_means) -> Row:
+def _row(group, swept, runs, metric, target, select, candidates, stat, blowup, round_means, metrics, extra) -> Row:
     flat = runs[0].flat
     low = minimised(metric, next((r for r in runs if r.summary), runs[0]))  # a run killed early has no summary
-    per_run = [run_numbers(r, metric, target, low, round_means) for r in runs]
+    per_run = [run_numbers(r, metric, target, low, round_means, metrics) for r in runs]
     kept = [p for r, p in zip(runs, per_run) if not r.stopped]  # mean ± std: over the runs that finished (none: —)
     stats = {k: _mean_std([p[k] for p in kept]) for k in per_run[0]}
     if select:
@@ -164,4 +205,4 @@ def _row(group, swept, runs, metric, target, select, candidates, stat, blowup, r
         del stats["final"], stats["best"]
         stats = {"median": (quantile(finals, 0.5), math.nan), "p90": (quantile(finals, 0.9), math.nan), **stats}
     return Row(group, {k: flat.get(k) for k in swept}, runs, metric, stats, select, candidates,
-               sum(down), blowup)
+               sum(down), blowup, **extra)

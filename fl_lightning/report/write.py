@@ -6,8 +6,9 @@ import csv
 import math
 import os
 
-from .paper import Paper, cell_value, ordering_lines
-from .table import Row
+from .claims import claim_lines
+from .paper import Paper, cell_of, fraction, notes, ours
+from .table import CONTEXT, Row
 
 _COLS = [("final", "final {m}"), ("best", "best {m}"), ("median", "median final {m}"), ("p90", "90th pct final {m}"),
          ("rounds_to_target", "rounds to {t}"),
@@ -27,80 +28,122 @@ def _one(row: Row, k: str) -> tuple[float, float]:
 
 
 def _columns(rows: list[Row]) -> list[str]:
-    return [k for k, _ in _COLS if k in rows[0].stats] + [k for k in rows[0].stats if k.startswith("mean ")]
+    return [k for k, _ in _COLS if k in rows[0].stats] + [k for k in rows[0].stats if k.startswith("final ")] + \
+        [k for k in rows[0].stats if k.startswith("mean ")]
 
 
 def _label(k: str, m: str, t: float | None) -> str:
-    return dict(_COLS).get(k, k + " over rounds").format(m=m, t=t)
+    return dict(_COLS).get(k, k if k.startswith("final ") else k + " over rounds").format(m=m, t=t)
 
 
-def markdown(rows: list[Row], target: float | None, plots: list[str], paper: Paper | None = None,
+def _context(rows: list[Row]) -> list[str]:
+    """The data / model names that differ between rows and that ``--by`` does not show already."""
+    by = set(rows[0].group)
+    return [k for k in CONTEXT if k not in by and f"{k}.name" not in by
+            and len({repr(r.context.get(k)) for r in rows}) > 1]
+
+
+def _compared(rows: list[Row]) -> tuple[str, str]:
+    """The headers of the two paper columns: ours in the paper's key and unit, and the paper's number."""
+    kinds = {(r.paper.key, r.paper.unit) for r in rows if cell_of(r) is not None}
+    if len(kinds) != 1:
+        return "ours, as its paper (key, unit: see the sources)", "paper"
+    key, unit = kinds.pop()
+    unit = f" ({unit})" if unit else ""
+    return (f"ours: {'final ' if key != 'rounds_to_target' else ''}{key}{unit}" if key else "ours"), f"paper{unit}"
+
+
+def markdown(rows: list[Row], target: float | None, plots: list[str], papers: list[Paper] = (),
              title: str | None = None, command: str | None = None, about: str | None = None) -> str:
-    """The report page: title, the command that wrote it, what it is about, the paper's source, the table (with the
-    paper's numbers in their own column where it has any), the notes, the paper's ordering against ours, the plots."""
+    """The report page: title, the command that wrote it, what it is about, the paper's source(s), the table (with
+    each row's own paper's number and ours in its unit where it has one), the notes, the claims' verdicts, the
+    plots."""
     m = rows[0].metric
     by = list(rows[0].group)
+    context = _context(rows)
     swept = sorted({k for r in rows for k in r.setting})
     select = rows[0].selected_on
-    papers = [cell_value(r, paper) if paper else None for r in rows]
+    cells = [cell_of(r) for r in rows]
+    compared = any(c is not None for c in cells)
+    many = len(papers) > 1
     diverged = any(r.diverged for r in rows)
-    head = by + swept + ["n"] + ([f"{select} (selection)"] if select else []) + \
+    head = by + context + swept + ["n"] + ([f"{select} (selection)"] if select else []) + \
         [_label(k, m, target) for k in _columns(rows)] + \
-        (["diverged"] if diverged else []) + \
-        ([f"paper: {paper.metric or 'value'}"] if any(p is not None for p in papers) else [])
+        (["diverged"] if diverged else []) + (list(_compared(rows)) if compared else []) + (["source"] if many else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r, p in zip(rows, papers):
-        cells = [str(r.group[k]) for k in by] + [str(r.setting.get(k, "")) for k in swept] + [str(r.n)]
+    for r, c in zip(rows, cells):
+        out = [str(r.group[k]) for k in by] + [str(r.context.get(k)) for k in context] + \
+            [str(r.setting.get(k, "")) for k in swept] + [str(r.n)]
         if select:
-            cells.append(_fmt(*_one(r, f"selected_{select}"), 4) + f" (best of {r.candidates})")
+            out.append(_fmt(*_one(r, f"selected_{select}"), 4) + f" (best of {r.candidates})")
         for k in _columns(rows):
-            cells.append(_fmt(*_one(r, k), 4 if k in ("final", "best", "median", "p90") or k.startswith("mean ") else 1))
+            out.append(_fmt(*_one(r, k), 1 if k in ("rounds_to_target", "uplink_mb", "downlink_mb", "wall_s") else 4))
         if diverged:
-            cells.append(f"{r.diverged}/{r.n}")
-        if any(x is not None for x in papers):
-            cells.append("—" if p is None else f"{p:g}")
-        lines.append("| " + " | ".join(cells) + " |")
+            out.append(f"{r.diverged}/{r.n}")
+        if compared:
+            mine = ours(r) if c is not None else None
+            digits = 2 if r.paper is not None and r.paper.unit == "%" and fraction(r.paper.key or "") else 4
+            out += ["—" if mine is None else _fmt(*mine, digits), "—" if c is None else f"{c['value']:g}"]
+        if many:
+            out.append(f"[{r.source}]" if r.source else "—")
+        lines.append("| " + " | ".join(out) + " |")
     if "median" in rows[0].stats:
-        notes = [f"Median and 90th percentile (linear between order statistics) of the final `{m}` over the n runs of "
-                 "each row (seeds), a diverged run counting as the worst value; other columns mean ± sample standard "
-                 "deviation."]
+        text = [f"Median and 90th percentile (linear between order statistics) of the final `{m}` over the n runs of "
+                "each row (seeds), a diverged run counting as the worst value; other columns mean ± sample standard "
+                "deviation."]
     else:
-        notes = [f"Mean ± sample standard deviation over the n runs of each row (seeds); primary metric `{m}`."]
+        text = [f"Mean ± sample standard deviation over the n runs of each row (seeds); primary metric `{m}`."]
     if diverged:
-        notes.append("`diverged`: runs that stopped before their last round (a non-finite loss)"
-                     + (f" or ended worse than {rows[0].blowup:g}" if rows[0].blowup is not None else "")
-                     + ("; the mean and std are over the runs that finished" if "final" in rows[0].stats else "") + ".")
+        text.append("`diverged`: runs that stopped before their last round (a non-finite loss)"
+                    + (f" or ended worse than {rows[0].blowup:g}" if rows[0].blowup is not None else "")
+                    + ("; the mean and std are over the runs that finished" if "final" in rows[0].stats else "") + ".")
     if select:
-        notes.append(f"Each row keeps the setting with the best mean final `{select}` of the settings its group swept "
-                     f"(the swept keys' columns show the one kept) and reports `{m}` for it.")
+        text.append(f"Each row keeps the setting with the best mean final `{select}` of the settings its group swept "
+                    f"(the swept keys' columns show the one kept) and reports `{m}` for it.")
+    if compared:
+        text.append("`ours` is the row's final value of the metric its paper's number measures (its `key`), in the "
+                    "paper's unit (a fraction x 100 beside a paper in %).")
     top = [f"# {title or 'Report'}\n"]
     if command:
         top.append(f"Written by (from the repository root):\n\n    {command}\n")
     if about:
         top.append(about.strip() + "\n")
-    if paper and paper.source:
-        top.append(f"Paper: {paper.source}" + (f" ({paper.metric})" if paper.metric else "") + ".\n")
-    body = "\n".join(top) + "\n" + "\n".join(lines) + "\n\n" + " ".join(notes) + "\n"
-    order = ordering_lines(rows, paper) if paper else []
-    if order:
-        body += "\n" + "\n".join(f"- {line}" for line in order) + "\n"
+    if len(papers) == 1 and papers[0].source:
+        top.append(f"Paper: {papers[0].source}" + (f" ({papers[0].metric})" if papers[0].metric else "") + ".\n")
+    body = "\n".join(top) + "\n" + "\n".join(lines) + "\n\n" + " ".join(text) + "\n"
+    if many:
+        body += "\nThe papers (the `source` column):\n\n" + "\n".join(
+            f"{i + 1}. {p.source or 'no source given'}" + (f" ({p.metric})" if p.metric else "")
+            + (f"; compared with `{p.key}`" + (f" in {p.unit}" if p.unit else "") if p.key else "") + "."
+            for i, p in enumerate(papers)) + "\n"
+    below = notes(rows, list(papers))
+    if below:
+        body += "\n" + "\n".join(f"- {line}" for line in below) + "\n"
+    claims = claim_lines(rows, list(papers))
+    if claims:
+        body += "\n## Claims\n\n" + "\n".join(f"- {line}" for line in claims) + "\n"
     if plots:
         body += "\n" + "\n".join(f"![{p[:-4]}]({p})" for p in plots) + "\n"
     return body
 
 
-def write_csv(rows: list[Row], path: str, paper: Paper | None = None) -> None:
+def write_csv(rows: list[Row], path: str) -> None:
+    """The table unrounded; ``paper`` and ``paper_source`` give each row's own paper's number and source number."""
     by = list(rows[0].group)
     swept = sorted({k for r in rows for k in r.setting})
     stats = list(rows[0].stats)
     one = {s for s in stats if s in ("median", "p90")}  # a single number (its "std" is nan)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(by + swept + ["n", "metric"] + [s if s in one else f"{s}_{x}" for s in stats for x in ("mean", "std")
-                                                   if s not in one or x == "mean"] + ["diverged", "paper", "runs"])
+        w.writerow(by + list(CONTEXT) + swept + ["n", "metric"]
+                   + [s if s in one else f"{s}_{x}" for s in stats for x in ("mean", "std") if s not in one or x == "mean"]
+                   + ["diverged", "ours", "paper", "paper_key", "paper_unit", "paper_source", "runs"])
         for r in rows:
-            p = cell_value(r, paper) if paper else None
-            w.writerow([r.group[k] for k in by] + [r.setting.get(k, "") for k in swept] + [r.n, r.metric]
+            c, mine = cell_of(r), ours(r)
+            w.writerow([r.group[k] for k in by] + [r.context.get(k) for k in CONTEXT]
+                       + [r.setting.get(k, "") for k in swept] + [r.n, r.metric]
                        + [v for s in stats for v in (r.stats[s][:1] if s in one else r.stats[s])]
-                       + [r.diverged, "" if p is None else p]
+                       + [r.diverged, "" if c is None or mine is None else mine[0], "" if c is None else c["value"],
+                          r.paper.key if r.paper else "", r.paper.unit if r.paper and r.paper.unit else "",
+                          r.source or ""]
                        + [";".join(os.path.relpath(x.path) for x in r.runs)])

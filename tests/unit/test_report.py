@@ -11,6 +11,7 @@ import pytest
 from fl_lightning.report import ReportError, report
 from fl_lightning.report.__main__ import main
 from tests.helpers.cli import FAST, cli_in_process
+from tests.helpers.report_runs import fake_run, fake_sweep_run
 
 BASE = FAST + ["fl.rounds=3", "data.val_fraction=0.2"]
 
@@ -90,41 +91,18 @@ def test_the_command_line(sweep, tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- fake run directories (no training)
-def _fake_run(path, label, seed, finals, finished=True, summary=True, paper=None, error=None):
-    """A run directory as a run leaves it: ``grad_norm`` (the primary metric, minimised) per round ending at
-    ``finals[-1]``, with its summary.json (``finished``; an ``error`` as a non-finite loss leaves) or none."""
-    import json
-
-    from omegaconf import OmegaConf
-
-    path.mkdir(parents=True)
-    cfg = {"seed": seed, "label": label, "method": {"name": "fedavg"}, "fl": {"rounds": 3}}
-    if paper:
-        cfg["paper"] = paper
-    OmegaConf.save(OmegaConf.create(cfg), path / "config.yaml")
-    with open(path / "metrics.csv", "w") as f:
-        f.write("round,grad_norm,uplink_mb,downlink_mb,wall_s\n")
-        for i, g in enumerate(finals):
-            f.write(f"{i + 1},{g},{i + 1},{2 * (i + 1)},{i + 0.5}\n")
-    if summary:
-        s = {"primary_metric": "grad_norm", "primary_mode": "min", "finished": finished, "rounds_done": len(finals)}
-        if error:
-            s["error"] = error
-        (path / "summary.json").write_text(json.dumps(s))
-
-
 @pytest.fixture()
 def fakes(tmp_path):
     """Three labels x five seeds: A ends at 1, 2, 4, 3 and one run stopped on a non-finite loss (no summary.json);
     B at 0.5 .. 4.5; C at 1, 2, 3, 100 (finished, above the blow-up 37) and 5."""
     root = tmp_path / "sweep"
     for s, g in enumerate([1.0, 2.0, 4.0, 3.0]):
-        _fake_run(root / f"a_s{s}", "A", s, [9.0, g, g])
-    _fake_run(root / "a_s4", "A", 4, [9.0, 7.0], summary=False)
+        fake_run(root / f"a_s{s}", "A", s, [9.0, g, g])
+    fake_run(root / "a_s4", "A", 4, [9.0, 7.0], summary=False)
     for s, g in enumerate([0.5, 1.5, 2.5, 3.5, 4.5]):
-        _fake_run(root / f"b_s{s}", "B", s, [8.0, 0.25, g])  # its best (0.25) is not its final
+        fake_run(root / f"b_s{s}", "B", s, [8.0, 0.25, g])  # its best (0.25) is not its final
     for s, g in enumerate([1.0, 2.0, 3.0, 100.0, 5.0]):
-        _fake_run(root / f"c_s{s}", "C", s, [9.0, g, g], error=None)
+        fake_run(root / f"c_s{s}", "C", s, [9.0, g, g], error=None)
     return root
 
 
@@ -173,15 +151,15 @@ def test_mean_counts_stopped_runs_and_takes_a_minimised_primary_metrics_best_as_
 
 def test_no_diverged_column_when_every_run_finished(tmp_path):
     for s, g in enumerate([1.0, 2.0]):
-        _fake_run(tmp_path / "sweep" / f"b_s{s}", "B", s, [g])
+        fake_run(tmp_path / "sweep" / f"b_s{s}", "B", s, [g])
     report([str(tmp_path / "sweep")], str(tmp_path / "o"), by=["label"], plots=False)
     assert "diverged" not in (tmp_path / "o" / "report.md").read_text()
 
 
 def test_a_summary_that_says_unfinished_or_names_an_error_is_a_divergence(tmp_path):
-    _fake_run(tmp_path / "s" / "x0", "X", 0, [1.0], finished=False)
-    _fake_run(tmp_path / "s" / "x1", "X", 1, [1.0], error="training loss became nan at round 2, client 0")
-    _fake_run(tmp_path / "s" / "x2", "X", 2, [1.0])
+    fake_run(tmp_path / "s" / "x0", "X", 0, [1.0], finished=False)
+    fake_run(tmp_path / "s" / "x1", "X", 1, [1.0], error="training loss became nan at round 2, client 0")
+    fake_run(tmp_path / "s" / "x2", "X", 2, [1.0])
     rows = report([str(tmp_path / "s")], str(tmp_path / "o"), by=["label"], stat="median", plots=False)
     assert rows[0].diverged == 2 and rows[0].stats["median"][0] == math.inf
 
@@ -190,17 +168,19 @@ def test_paper_ordering_with_a_tier_whose_order_is_not_stated(tmp_path):
     paper = {"source": "somewhere", "ordering": ["B", ["A", "C"]]}
     for lab, gs in (("A", [3.0, 4.0]), ("B", [1.0, 2.0]), ("C", [5.0, 6.0])):
         for s, g in enumerate(gs):
-            _fake_run(tmp_path / "s" / f"{lab}{s}", lab, s, [g], paper=paper)
+            fake_run(tmp_path / "s" / f"{lab}{s}", lab, s, [g], paper=paper)
     report([str(tmp_path / "s")], str(tmp_path / "o"), by=["label"], stat="median", plots=False)
     md = (tmp_path / "o" / "report.md").read_text()
-    assert "(best first; braces: order not stated): B > {A, C}." in md
-    assert "Ours (median final grad_norm): B > A > C: agrees." in md  # lower grad_norm is better
+    # lower grad_norm is better: B 1.5 ± 0.71 lies above A 3.5 ± 0.71 and C 5.5 ± 0.71 (A vs C: not stated)
+    assert "- **agrees**: the paper's ordering: expected B > {A, C}; ours (mean ± std final grad_norm): " \
+        "B = 1.5000 ± 0.7071, A = 3.5000 ± 0.7071, C = 5.5000 ± 0.7071." in md
     paper["ordering"] = ["A", ["B", "C"]]
-    (tmp_path / "s2").mkdir()
-    for lab, gs in (("A", [3.0]), ("B", [1.0]), ("C", [5.0])):
-        _fake_run(tmp_path / "s2" / lab, lab, 0, gs, paper=paper)
+    for lab, gs in (("A", [3.0, 3.2]), ("B", [1.0, 1.2]), ("C", [5.0, 5.2])):
+        for s, g in enumerate(gs):
+            fake_run(tmp_path / "s2" / f"{lab}{s}", lab, s, [g], paper=paper)
     report([str(tmp_path / "s2")], str(tmp_path / "o"), by=["label"], plots=False)
-    assert "Ours (mean final grad_norm): B > A > C: differs." in (tmp_path / "o" / "report.md").read_text()
+    assert "- **differs**: the paper's ordering: expected A > {B, C}; ours (mean ± std final grad_norm): " \
+        "A = 3.1000 ± 0.1414, B = 1.1000 ± 0.1414, C = 5.1000 ± 0.1414 (B above A)." in (tmp_path / "o" / "report.md").read_text()
 
 
 def test_stat_and_blowup_on_the_command_line_and_the_callback(fakes, tmp_path, capsys):
@@ -221,24 +201,8 @@ def test_stat_and_blowup_on_the_command_line_and_the_callback(fakes, tmp_path, c
         report([str(fakes)], str(tmp_path / "x"), stat="average")
 
 
-def _fake_sweep_run(path, method, alpha, seed, accs, paper):
-    """A run directory as the trainer writes it (config.yaml, metrics.csv, summary.json), without training."""
-    import json
-
-    from omegaconf import OmegaConf
-
-    path.mkdir(parents=True)
-    OmegaConf.save(OmegaConf.create({"seed": seed, "method": {"name": method, "lr": 0.1}, "fl": {"rounds": len(accs)},
-                                     "data": {"name": "digits", "partition": {"name": "dirichlet", "alpha": alpha}},
-                                     "paper": paper}), path / "config.yaml")
-    with open(path / "metrics.csv", "w") as f:
-        f.write("round,test_acc\n" + "".join(f"{i + 1},{a}\n" for i, a in enumerate(accs)))
-    (path / "summary.json").write_text(json.dumps({"primary_metric": "test_acc", "primary_mode": "max", "finished": True,
-                                                  "rounds_done": len(accs)}))
-
-
 def test_paper_block_puts_the_papers_numbers_beside_ours_and_checks_its_ordering(tmp_path):
-    paper = {"source": "seed 002 (FedSMU), Table 2", "metric": "top-1 test accuracy (%)",
+    paper = {"source": "seed 002 (FedSMU), Table 2", "metric": "top-1 test accuracy (%)", "key": "test_acc", "unit": "%",
              "cells": [{"method": "fedsmu", "data.partition.alpha": 0.25, "value": 51.79},
                        {"method": "fedavg", "data.partition.alpha": 0.25, "value": 42.29}],
              "ordering": ["fedsmu", ["fedavg", "scaffold"]]}
@@ -246,22 +210,28 @@ def test_paper_block_puts_the_papers_numbers_beside_ours_and_checks_its_ordering
              ("fedsmu", 0.6): 0.3, ("fedavg", 0.6): 0.5, ("scaffold", 0.6): 0.4}       # differs: fedsmu last
     for (method, alpha), acc in final.items():
         for seed in (0, 1):
-            _fake_sweep_run(tmp_path / "sweep" / f"{method}_{alpha}_{seed}", method, alpha, seed, [0.1, acc], paper)
+            fake_sweep_run(tmp_path / "sweep" / f"{method}_{alpha}_{seed}", method, alpha, seed,
+                           [0.1, acc + 0.01 * seed], paper)
     rows = report([str(tmp_path / "sweep")], str(tmp_path / "out"), by=["method", "data.partition.alpha"], plots=False)
     assert len(rows) == 6
     md = (tmp_path / "out" / "report.md").read_text()
     assert "Paper: seed 002 (FedSMU), Table 2 (top-1 test accuracy (%))." in md
-    assert next(line for line in md.splitlines() if line.startswith("| method")).endswith("| paper: top-1 test accuracy (%) |")
-    table = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line.strip("|").split("|")[-1].strip()
+    assert next(line for line in md.splitlines() if line.startswith("| method")).endswith(
+        "| ours: final test_acc (%) | paper (%) |")
+    table = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): [c.strip() for c in line.strip("|").split("|")[-2:]]
              for line in md.splitlines() if line.startswith("| fed") or line.startswith("| scaffold")}
-    assert table[("fedsmu", "0.25")] == "51.79" and table[("fedavg", "0.25")] == "42.29"
-    assert table[("scaffold", "0.25")] == "—" and table[("fedsmu", "0.6")] == "—"
-    assert "The paper's ordering (best first; braces: order not stated): fedsmu > {fedavg, scaffold}." in md
-    assert "Ours at data.partition.alpha = 0.25 (mean final test_acc): fedsmu > scaffold > fedavg: agrees." in md
-    assert "Ours at data.partition.alpha = 0.6 (mean final test_acc): fedavg > scaffold > fedsmu: differs." in md
+    assert table[("fedsmu", "0.25")] == ["60.50 ± 0.71", "51.79"] and table[("fedavg", "0.25")] == ["40.50 ± 0.71", "42.29"]
+    assert table[("scaffold", "0.25")] == ["—", "—"] and table[("fedsmu", "0.6")] == ["—", "—"]
+    assert "- **agrees**: the paper's ordering at data.partition.alpha = 0.25: expected fedsmu > {fedavg, scaffold}; " \
+        "ours (mean ± std final test_acc): fedsmu = 0.6050 ± 0.0071, fedavg = 0.4050 ± 0.0071, scaffold = 0.5050 ± 0.0071." in md
+    assert "- **differs**: the paper's ordering at data.partition.alpha = 0.6: expected fedsmu > {fedavg, scaffold}; " \
+        "ours (mean ± std final test_acc): fedsmu = 0.3050 ± 0.0071, fedavg = 0.5050 ± 0.0071, scaffold = 0.4050 ± 0.0071 " \
+        "(fedavg above fedsmu)." in md
+    assert "no run for" not in md
     with open(tmp_path / "out" / "report.csv") as f:
-        papers = {(r["method"], r["data.partition.alpha"]): r["paper"] for r in csv.DictReader(f)}
-    assert float(papers[("fedsmu", "0.25")]) == 51.79 and papers[("scaffold", "0.25")] == ""
+        got = {(r["method"], r["data.partition.alpha"]): r for r in csv.DictReader(f)}
+    assert float(got[("fedsmu", "0.25")]["paper"]) == 51.79 and got[("scaffold", "0.25")]["paper"] == ""
+    assert float(got[("fedsmu", "0.25")]["ours"]) == pytest.approx(60.5) and got[("fedsmu", "0.25")]["paper_unit"] == "%"
 
 
 def test_paper_block_errors_are_one_line():

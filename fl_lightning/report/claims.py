@@ -1,0 +1,116 @@
+"""The paper's claims against our rows: each claim of a ``paper:`` block (``claims``, and ``ordering`` as a claim in
+every setting) gets a verdict computed from the report's rows.
+
+A claim ranks values of the first ``--by`` key: ``better`` above ``worse``, or ``order`` (best first; a list in it is
+a tier whose order is not stated). It is checked in each *setting* (each combination of the other ``--by`` keys and
+the data and model names) of the rows of its own paper block, or only in those ``where`` picks. Each value's range is
+its row's mean ± sample std of the final metric over the runs that finished (the paper's ``key`` where the runs
+logged it, else the primary metric). The verdict:
+
+- ``differs``: a value of a later tier lies entirely above one of an earlier tier (ranges disjoint, the wrong way);
+- ``agrees``: every value lies entirely above every value of the next tier;
+- ``inconclusive``: neither (two ranges overlap), or a value has no row, several rows, or fewer than two runs.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from .paper import Paper, matches, same
+from .table import Row, minimised
+
+
+def _measure(row: Row, key: str) -> tuple[float, float, int]:
+    """(mean, sample std, n) of ``key``'s final value over the row's runs that finished."""
+    vals = []
+    for run in row.runs:
+        series = run.series(key)
+        if series and not run.stopped:
+            vals.append(series[-1][1])
+    if not vals:
+        return math.nan, math.nan, 0
+    return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0), len(vals)
+
+
+def _tiers(order: list[Any]) -> list[list[Any]]:
+    return [list(t) if isinstance(t, list) else [t] for t in order]
+
+
+def _setting(row: Row) -> tuple:
+    first = list(row.group)[0]
+    return tuple((k, repr(v)) for k, v in row.group.items() if k != first) + tuple(sorted(row.context.items()))
+
+
+def verdict(rows: list[Row], tiers: list[list[Any]], key: str) -> tuple[str, str, list[str]]:
+    """(verdict, reason, each value's ``value mean ± std``) for ``tiers`` (best first) among ``rows`` (one setting)."""
+    first = list(rows[0].group)[0]
+    low = minimised(key, rows[0].runs[0])
+    found: dict[str, tuple[float, float, int]] = {}
+    problems = []
+    for t in tiers:
+        for v in t:
+            hit = [r for r in rows if same(r.group[first], v)]
+            if len(hit) != 1:
+                problems.append(f"{'no run' if not hit else f'{len(hit)} rows'} for {v}")
+                continue
+            found[str(v)] = _measure(hit[0], key)
+    shown = [f"{v} = —" if not n else f"{v} = {m:.4f} (one run)" if n == 1 else f"{v} = {m:.4f} ± {s:.4f}"
+             for v, (m, s, n) in found.items()]
+    few = [v for v, (_, _, n) in found.items() if n < 2]
+    if few:
+        problems.append(f"fewer than two finished runs for {', '.join(few)}")
+    present = [[str(v) for v in t if str(v) in found] for t in tiers]
+    present = [t for t in present if t]
+
+    def rng(v):  # the range in "goodness": higher is better
+        m, s, _ = found[v]
+        return (-m - s, -m + s) if low else (m - s, m + s)
+
+    if all(n >= 2 for _, _, n in found.values()):  # a clear reversal among the values that have runs
+        for i, upper in enumerate(present):
+            for lower in present[i + 1:]:
+                for a in upper:
+                    for b in lower:
+                        if rng(b)[0] > rng(a)[1]:
+                            return "differs", f"{b} above {a}", shown
+    if problems:
+        return "inconclusive", "; ".join(problems), shown
+    for upper, lower in zip(present, present[1:]):
+        for a in upper:
+            for b in lower:
+                if rng(a)[0] <= rng(b)[1]:
+                    return "inconclusive", f"{a} and {b} overlap", shown
+    return "agrees", "", shown
+
+
+def claim_lines(rows: list[Row], papers: list[Paper]) -> list[str]:
+    """One line per claim and setting: the verdict, the claim, where, and the numbers."""
+    out = []
+    for i, p in enumerate(papers):
+        mine = [r for r in rows if r.paper is p]
+        if not mine:
+            continue
+        claims = ([{"order": p.ordering, "text": "the paper's ordering"}] if p.ordering else []) + p.claims
+        key = p.key if p.key and all(run.series(p.key) for r in mine for run in r.runs) else mine[0].metric
+        settings: dict[tuple, list[Row]] = {}
+        for r in mine:
+            settings.setdefault(_setting(r), []).append(r)
+        tag = f" [{i + 1}]" if len(papers) > 1 else ""
+        varying = [k for k in mine[0].context if len({repr(r.context[k]) for r in mine}) > 1]
+        for c in claims:
+            tiers = _tiers(c["order"]) if "order" in c else [[c["better"]], [c["worse"]]]
+            stated = " > ".join(str(t[0]) if len(t) == 1 else "{" + ", ".join(map(str, t)) + "}" for t in tiers)
+            where = c.get("where") or {}
+            picked = [s for s in settings.values() if all(matches(r, where) for r in s)]
+            if not picked:
+                out.append(f"**inconclusive**: {c.get('text') or stated}{tag}: no run where "
+                           f"{', '.join(f'{k} = {v}' for k, v in where.items())}.")
+            for s in picked:
+                result, reason, shown = verdict(s, tiers, key)
+                at = ", ".join(f"{k} = {v}" for k, v in [*list(s[0].group.items())[1:],
+                                                         *((k, s[0].context[k]) for k in varying)])
+                out.append(f"**{result}**: {c.get('text') or stated}{tag}{' at ' + at if at else ''}: expected "
+                           f"{stated}; ours (mean ± std final {key}): {', '.join(shown)}"
+                           f"{' (' + reason + ')' if reason else ''}.")
+    return out
