@@ -114,10 +114,10 @@ _LOGGER_PACKAGES = {"WandbLogger": "wandb", "MLFlowLogger": "mlflow", "TensorBoa
 
 
 def make_loggers(cfg: DictConfig) -> list:
-    """The ``logger`` group's entries, each a Fabric logger built from its ``_target_`` (``logger=csv`` by default).
-    A resumed run logs into its own version folder (Lightning's CSV logger would otherwise delete the earlier rows;
-    the run's own metrics.csv holds every round either way). A logger whose package is missing is one line naming
-    the package and the extra that installs it."""
+    """The ``logger`` group's entries, each a Fabric logger built from its ``_target_``: none by default, the rows'
+    one file being the run's own metrics.csv (RunRecorder; ``logger=csv`` names it and adds nothing). A resumed run
+    logs into its own version folder (``resumed_<time>``; a logger would otherwise overwrite or mix the earlier
+    part's files). A logger whose package is missing is one line naming the package and the extra that installs it."""
     import importlib.util
 
     from .config import instantiate
@@ -130,12 +130,13 @@ def make_loggers(cfg: DictConfig) -> list:
     for name, sub in node.items():
         if not OmegaConf.is_dict(sub) or "_target_" not in sub:
             raise ConfigError(f"logger.{name}", "is not a logger node (a mapping with a _target_)",
-                              "choose a logger with logger=csv | tensorboard | wandb | mlflow")
+                              "choose a logger with logger=tensorboard | wandb | mlflow")
         cls = str(sub._target_).rsplit(".", 1)[-1]
         package = _LOGGER_PACKAGES.get(cls)
         if package and importlib.util.find_spec(package) is None:
             raise ConfigError(f"logger.{name}", f"{cls} needs the {package} package, which is not installed",
-                              f"pip install {package} (or pip install -e \".[loggers]\"), or use logger=csv")
+                              f"pip install {package} (or pip install -e \".[loggers]\"), or drop logger= (the "
+                              "run's metrics.csv is written whatever the logger)")
         extra = {"version": version} if "version" not in sub and cls in ("CSVLogger", "TensorBoardLogger") else {}
         for k in _LOGGER_TEXT_KEYS & set(sub):  # folders and names: a number is a name (0 -> "0"), null is refused
             v = sub[k]

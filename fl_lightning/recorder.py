@@ -5,7 +5,8 @@ returned from ``server_update`` (FedPAC's preconditioner drift, bits per directi
 metrics (``test_acc``, F1, MCC, perplexity, ...), the round's exact uplink/downlink bits, the cumulative bits (and
 megabytes, for display) and the wall time. ``metrics.csv`` has open
 columns: the union of the rows' keys in first-seen order, blank where a row lacks a value. Rows are kept for the
-evaluated rounds; every row also goes to the Fabric loggers (CSV, TensorBoard).
+evaluated rounds; every row also goes to the Fabric loggers the run asked for (``logger=tensorboard | wandb |
+mlflow``; none by default: this file is the rows' one copy).
 
 ``summary.json`` declares the run's primary metric and its direction (``("test_acc", "max")`` for classifiers,
 ``("test_loss", "min")`` or perplexity for language models; set by the model's ``primary_metric``), its final and

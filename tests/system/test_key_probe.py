@@ -26,8 +26,6 @@ VALID = {
     "method.comm.uplink": set(VALUES), "method.comm.downlink": set(VALUES),
     "data.partition.min_size": {"0"},  # no minimum client size
     "data.val_fraction": {"0"},  # no validation set (the default)
-    "logger.csv.root_dir": {"abc", "-1", "0"},  # a folder (relative to the cwd); a number is a folder name
-    "logger.csv.name": set(VALUES),  # the sub-folder's name (null: none)
     "seed": {"0"}, "fl.local_epochs": {"null"}, "fl.lr_min_factor": {"0"}, "fl.warmup_rounds": {"0"},
     "store.offload_dir": {"null", "abc", "-1", "0"},  # null: in memory; else a folder (relative to the cwd)
     "resume": {"null"}, "stop_after_rounds": {"null"}, "tables": {"null"},  # no lookup tables (the default)
@@ -46,8 +44,10 @@ def _leaves(node, prefix=""):
     return [prefix[:-1]]
 
 
-KEYS = [k for k in _leaves(OmegaConf.to_container(make_cfg(BASE), resolve=False)) if k not in ("run_dir", "server_opt")]  # Hydra's output folder; a group
-                                                                                 # fedavg does not use
+# run_dir: Hydra's output folder; server_opt: a group fedavg does not use; logger: no logger by default (a logger's
+# folders and names: tests/unit/loop/test_loggers.py)
+KEYS = [k for k in _leaves(OmegaConf.to_container(make_cfg(BASE), resolve=False))
+        if k not in ("run_dir", "server_opt", "logger")]
 
 
 def test_the_probe_covers_the_whole_default_config():

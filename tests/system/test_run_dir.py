@@ -1,7 +1,8 @@
 """The run directory through the CLI (issue "Reliability"): resume from the directory alone, a crash with the
 offload store resumes bit-identical, a refused resume leaves the run untouched and names the differing keys, a
 locked or used directory is refused in one line, boolean flags parse strictly, and SIGTERM to a two-process launcher
-stops both processes cleanly with a checkpoint from every rank."""
+stops both processes cleanly with a checkpoint from every rank; a default run writes its rows once (metrics.csv, no
+logs/ copy)."""
 from __future__ import annotations
 
 import fcntl
@@ -47,6 +48,8 @@ def test_offload_crash_resumes_bit_identical_from_the_directory_alone(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert stray() == before  # the resumed run writes into its own directory, no outputs/<date>/<time>/
     assert rows(crashed) == rows(straight)
+    for d in (straight, crashed):  # no logger by default: the run's metrics.csv is the rows' one file, resumed or not
+        assert sorted(d.rglob("*.csv")) == [d / "metrics.csv"] and not (d / "logs").exists()
     a, b = model(straight, 6), model(crashed, 6)
     assert all(bool((a[k] == b[k]).all()) for k in a)
 
