@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shlex
 import shutil
 import signal
 import sys
@@ -173,6 +175,34 @@ def _task_overrides() -> list[str] | None:
         return None
 
 
+def _saved_overrides() -> list[str] | None:
+    """What a run keeps in its ``overrides.yaml``: the command line's config overrides and its ``hydra.searchpath``
+    (a method, model or dataset of the user's own configs must be found again by ``resume=DIR``), ``file://``
+    folders made absolute so that the resume command works from any directory; None outside a Hydra app."""
+    ov = _task_overrides()
+    if ov is None:
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    for o in HydraConfig.get().overrides.hydra:
+        if _okey(str(o)) == "hydra.searchpath":
+            ov.append(absolute_searchpath(str(o)))
+    return ov
+
+
+def absolute_searchpath(override: str) -> str:
+    """``hydra.searchpath=[file://rel/conf,pkg://x]`` with each relative ``file://`` folder made absolute."""
+    key, _, val = override.partition("=")
+    items = []
+    for item in val.strip().strip("[]").split(","):
+        item = item.strip().strip("'\"")
+        if item.startswith("file://") and not os.path.isabs(item[len("file://"):]):
+            item = "file://" + os.path.abspath(item[len("file://"):])
+        if item:
+            items.append(item if re.fullmatch(r"[\w/.:+@-]+", item) else "'" + item.replace("'", "\\'") + "'")
+    return f"{key}=[{','.join(items)}]"
+
+
 def _in_sweep() -> bool:
     """Is this job one of a Hydra multirun (``-m``)?"""
     try:
@@ -254,7 +284,7 @@ def guard_fresh_run(run_dir: str, overwrite: bool) -> None:
             os.remove(os.path.join(run_dir, name))
 
 
-def _say_where(summary: dict, run_dir: str, progress: bool) -> None:
+def _say_where(summary: dict, run_dir: str, progress: bool, cfg: DictConfig | None = None) -> None:
     """Where the run is (the progress bar's table says it on a terminal) and, when ``stop_after_rounds`` ended it
     before ``fl.rounds``, how to go on."""
     if not progress:
@@ -265,7 +295,7 @@ def _say_where(summary: dict, run_dir: str, progress: bool) -> None:
               flush=True)
     if not summary.get("finished", True):
         print(f"stopped after round {summary.get('rounds_done')} (stop_after_rounds); checkpoint saved. Resume with:\n"
-              f"{_resume_hint(run_dir)}", file=sys.stderr, flush=True)
+              f"{_resume_hint(run_dir, cfg)}", file=sys.stderr, flush=True)
 
 
 def _requeue_line(cfg: DictConfig, stop: StopRequested, run_dir: str, asked: str | None) -> str | None:
@@ -277,7 +307,7 @@ def _requeue_line(cfg: DictConfig, stop: StopRequested, run_dir: str, asked: str
         return None
     signals.ignore()  # scontrol requeue signals this job: the line below must not be cut
     head = f"stopped after round {stop.round_done}; checkpoint saved; "
-    manual = f"python train.py resume={run_dir}"
+    manual = resume_command(run_dir, cfg)
     try:
         done = slurm.requeue()
     except slurm.RequeueError as err:
@@ -288,15 +318,55 @@ def _requeue_line(cfg: DictConfig, stop: StopRequested, run_dir: str, asked: str
     return f"{head}{done}: it resumes by itself with resume={asked} (or: {manual})"
 
 
-def _resume_hint(run_dir: str) -> str:
-    return f"  python train.py resume={run_dir}"
+def _resume_hint(run_dir: str, cfg: DictConfig | None = None) -> str:
+    return f"  {resume_command(run_dir, cfg)}"
+
+
+def resume_command(run_dir: str, cfg: DictConfig | None = None) -> str:
+    """``python train.py resume=DIR``, after ``PYTHONPATH=...`` when a ``_target_`` of ``cfg`` was imported from a
+    ``PYTHONPATH`` folder (a part, model or dataset of the user's own, outside the package: examples/fednova); the
+    configs of a ``hydra.searchpath`` are found again from the run's ``overrides.yaml``."""
+    path = _user_pythonpath(cfg)
+    return f"{'PYTHONPATH=' + shlex.quote(path) + ' ' if path else ''}python train.py resume={run_dir}"
+
+
+def _user_pythonpath(cfg: DictConfig | None) -> str:
+    """The ``PYTHONPATH`` entries (as the user wrote them) holding a module of the run's ``_target_`` nodes, other
+    than this package; empty when there is none (or they came from site-packages)."""
+    env = os.environ.get("PYTHONPATH", "")
+    if not env or cfg is None:
+        return ""
+    targets: set[str] = set()
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            t = node.get("_target_")
+            if isinstance(t, str):
+                targets.add(t.split(".")[0])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    try:
+        walk(OmegaConf.to_container(cfg, resolve=False))
+    except Exception:  # noqa: BLE001 - a config that is not a container: no hint rather than no message
+        return ""
+    homes = set()  # the folder each top-level module was imported from (a package's parent folder)
+    for m in targets - {__package__}:
+        f = getattr(sys.modules.get(m), "__file__", None)
+        if f:
+            f = os.path.dirname(os.path.abspath(f))
+            homes.add(os.path.dirname(f) if hasattr(sys.modules[m], "__path__") else f)
+    return os.pathsep.join(e for e in env.split(os.pathsep) if e and os.path.abspath(e) in homes)
 
 
 _DISK_ERRORS = {"ENOSPC": "the disk is full", "EDQUOT": "the disk quota is exceeded", "EACCES": "permission denied",
                 "EPERM": "permission denied", "EROFS": "the file system is read-only"}
 
 
-def _disk_message(err: OSError, run_dir: str, loop) -> str | None:
+def _disk_message(err: OSError, run_dir: str, loop, cfg: DictConfig | None = None) -> str | None:
     """One line for an output failure (disk full, read-only, forbidden), or None for any other OSError."""
     import errno
 
@@ -305,7 +375,7 @@ def _disk_message(err: OSError, run_dir: str, loop) -> str | None:
         return None
     last = getattr(getattr(loop, "checkpointer", None), "last", None)
     where = f" at {err.filename}" if err.filename else ""
-    kept = (f"; the last complete checkpoint is {last} (resume with: python train.py resume={run_dir})" if last
+    kept = (f"; the last complete checkpoint is {last} (resume with: {resume_command(run_dir, cfg)})" if last
             else "")
     return f"{what}{where}{kept}; fix: free space, or choose a writable hydra.run.dir / store.offload_dir"
 
@@ -409,7 +479,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
         loop.setup(resume=resume, force=force)
         if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone
             OmegaConf.save(cfg, os.path.join(run_dir, "config.yaml"), resolve=True)
-            ov = _task_overrides()
+            ov = _saved_overrides()
             if ov is not None:
                 saved = os.path.join(run_dir, OVERRIDES_FILE)
                 old = [str(o) for o in OmegaConf.load(saved)] if resume and os.path.exists(saved) else []
@@ -418,19 +488,19 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
         progress = flag(cfg, "trainer.progress", default=True)
         summary = loop.run(cfg.get("stop_after_rounds"), progress)
         if loop.rank == 0:
-            _say_where(summary, run_dir, progress)
+            _say_where(summary, run_dir, progress, cfg)
         return summary
     except StopRequested as stop:
         if child:  # rank 0 reports (and a non-zero child would make Lightning's observer kill the launcher)
             sys.exit(0)
         line = _requeue_line(cfg, stop, run_dir, asked) if stop.signum == signal.SIGUSR1 else None
-        print(line or f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir)}",
+        print(line or f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir, cfg)}",
               file=sys.stderr)
         sys.exit(128 + stop.signum)
     except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM: abort now, without a traceback
         last = getattr(getattr(loop, "checkpointer", None), "last", None)
         fail(f"aborted by a second signal; the last checkpoint is {last or 'none'}"
-             + (f"; resume with: python train.py resume={run_dir}" if last else ""), code=130)
+             + (f"; resume with: {resume_command(run_dir, cfg)}" if last else ""), code=130)
     except NonFiniteLossError as err:
         if full:
             raise
@@ -443,7 +513,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
             raise
         fail(str(err))
     except OSError as err:  # disk full, read-only or forbidden output: one line; saved checkpoints stay intact
-        msg = None if full else _disk_message(err, run_dir, loop)
+        msg = None if full else _disk_message(err, run_dir, loop, cfg)
         if msg is None:
             raise
         fail(msg)
