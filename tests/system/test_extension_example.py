@@ -78,8 +78,9 @@ def test_two_clients_by_hand(fednova):
 @pytest.mark.parametrize("weighting", ["num_samples", "uniform"])
 def test_one_server_step_against_a_hand_computation(fednova, rho, weighting):
     g = torch.Generator().manual_seed(0)
-    x0 = {"w": torch.randn(2, 3, generator=g, dtype=torch.float64), "bn": torch.randn(3, generator=g, dtype=torch.float64)}
-    locs = [{k: v + 0.1 * torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in x0.items()} for _ in range(3)]
+    f64 = {"generator": g, "dtype": torch.float64}
+    x0 = {"w": torch.randn(2, 3, **f64), "bn": torch.randn(3, **f64)}  # bn: a float buffer (not trainable)
+    locs = [{k: v + 0.1 * torch.randn(v.shape, **f64) for k, v in x0.items()} for _ in range(3)]
     sizes, taus = [10, 30, 20], [2, 5, 3]
     x, m = _round(fednova.FedNova(weighting=weighting), {k: v.clone() for k, v in x0.items()}, locs, sizes, taus, rho)
     # by hand: a_i = sum over the tau_i steps of the weight heavy-ball momentum puts on each step's gradient
