@@ -196,7 +196,7 @@ def _check_paper_block(exp, cfg):
         return
     paper = read_paper(cfg.paper)
     assert paper.source and paper.metric, f"{exp}: paper.source and paper.metric say where the numbers come from"
-    assert paper.cells or paper.ordering, f"{exp}: a paper block without cells or an ordering"
+    assert paper.cells or paper.ordering or paper.claims, f"{exp}: a paper block without cells, an ordering or claims"
     methods = _method_names()
     partition = cfg.data.partition
     for cell in paper.cells:
