@@ -47,14 +47,18 @@ def verdict(rows: list[Row], tiers: list[list[Any]], key: str) -> tuple[str, str
     first = list(rows[0].group)[0]
     low = minimised(key, rows[0].runs[0])
     found: dict[str, tuple[float, float, int]] = {}
-    problems = []
+    problems, missing = [], []
     for t in tiers:
         for v in t:
             hit = [r for r in rows if same(r.group[first], v)]
-            if len(hit) != 1:
-                problems.append(f"{'no run' if not hit else f'{len(hit)} rows'} for {v}")
-                continue
-            found[str(v)] = _measure(hit[0], key)
+            if len(hit) > 1:
+                problems.append(f"{len(hit)} rows for {v} (give --select or --by the key they differ in)")
+            elif not hit:
+                missing.append(str(v))
+            else:
+                found[str(v)] = _measure(hit[0], key)
+    if missing:
+        problems.insert(0, f"no run for {', '.join(missing)}")
     shown = [f"{v} = —" if not n else f"{v} = {m:.4f} (one run)" if n == 1 else f"{v} = {m:.4f} ± {s:.4f}"
              for v, (m, s, n) in found.items()]
     few = [v for v, (_, _, n) in found.items() if n < 2]
@@ -74,13 +78,10 @@ def verdict(rows: list[Row], tiers: list[list[Any]], key: str) -> tuple[str, str
                     for b in lower:
                         if rng(b)[0] > rng(a)[1]:
                             return "differs", f"{b} above {a}", shown
-    if problems:
-        return "inconclusive", "; ".join(problems), shown
-    for upper, lower in zip(present, present[1:]):
-        for a in upper:
-            for b in lower:
-                if rng(a)[0] <= rng(b)[1]:
-                    return "inconclusive", f"{a} and {b} overlap", shown
+    overlap = next((f"{a} and {b} overlap" for upper, lower in zip(present, present[1:]) for a in upper for b in lower
+                    if found[a][2] and found[b][2] and rng(a)[0] <= rng(b)[1]), None)
+    if problems or overlap:
+        return "inconclusive", "; ".join(problems + ([overlap] if overlap else [])), shown
     return "agrees", "", shown
 
 
@@ -110,7 +111,7 @@ def claim_lines(rows: list[Row], papers: list[Paper]) -> list[str]:
                 result, reason, shown = verdict(s, tiers, key)
                 at = ", ".join(f"{k} = {v}" for k, v in [*list(s[0].group.items())[1:],
                                                          *((k, s[0].context[k]) for k in varying)])
+                ours = f"; ours (mean ± std final {key}): {', '.join(shown)}" if shown else ""
                 out.append(f"**{result}**: {c.get('text') or stated}{tag}{' at ' + at if at else ''}: expected "
-                           f"{stated}; ours (mean ± std final {key}): {', '.join(shown)}"
-                           f"{' (' + reason + ')' if reason else ''}.")
+                           f"{stated}{ours}{' (' + reason + ')' if reason else ''}.")
     return out

@@ -136,7 +136,8 @@ def write_csv(rows: list[Row], path: str) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(by + list(CONTEXT) + swept + ["n", "metric"]
-                   + [s if s in one else f"{s}_{x}" for s in stats for x in ("mean", "std") if s not in one or x == "mean"]
+                   + [s if s in one else f"{s}_{x}" for s in stats for x in ("mean", "std")
+                      if s not in one or x == "mean"]
                    + ["diverged", "ours", "paper", "paper_key", "paper_unit", "paper_source", "runs"])
         for r in rows:
             c, mine = cell_of(r), ours(r)

@@ -180,7 +180,8 @@ def test_paper_ordering_with_a_tier_whose_order_is_not_stated(tmp_path):
             fake_run(tmp_path / "s2" / f"{lab}{s}", lab, s, [g], paper=paper)
     report([str(tmp_path / "s2")], str(tmp_path / "o"), by=["label"], plots=False)
     assert "- **differs**: the paper's ordering: expected A > {B, C}; ours (mean ± std final grad_norm): " \
-        "A = 3.1000 ± 0.1414, B = 1.1000 ± 0.1414, C = 5.1000 ± 0.1414 (B above A)." in (tmp_path / "o" / "report.md").read_text()
+        "A = 3.1000 ± 0.1414, B = 1.1000 ± 0.1414, C = 5.1000 ± 0.1414 (B above A)." in \
+        (tmp_path / "o" / "report.md").read_text()
 
 
 def test_stat_and_blowup_on_the_command_line_and_the_callback(fakes, tmp_path, capsys):
@@ -202,7 +203,8 @@ def test_stat_and_blowup_on_the_command_line_and_the_callback(fakes, tmp_path, c
 
 
 def test_paper_block_puts_the_papers_numbers_beside_ours_and_checks_its_ordering(tmp_path):
-    paper = {"source": "seed 002 (FedSMU), Table 2", "metric": "top-1 test accuracy (%)", "key": "test_acc", "unit": "%",
+    paper = {"source": "seed 002 (FedSMU), Table 2", "metric": "top-1 test accuracy (%)", "key": "test_acc",
+             "unit": "%",
              "cells": [{"method": "fedsmu", "data.partition.alpha": 0.25, "value": 51.79},
                        {"method": "fedavg", "data.partition.alpha": 0.25, "value": 42.29}],
              "ordering": ["fedsmu", ["fedavg", "scaffold"]]}
@@ -218,20 +220,25 @@ def test_paper_block_puts_the_papers_numbers_beside_ours_and_checks_its_ordering
     assert "Paper: seed 002 (FedSMU), Table 2 (top-1 test accuracy (%))." in md
     assert next(line for line in md.splitlines() if line.startswith("| method")).endswith(
         "| ours: final test_acc (%) | paper (%) |")
-    table = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): [c.strip() for c in line.strip("|").split("|")[-2:]]
-             for line in md.splitlines() if line.startswith("| fed") or line.startswith("| scaffold")}
-    assert table[("fedsmu", "0.25")] == ["60.50 ± 0.71", "51.79"] and table[("fedavg", "0.25")] == ["40.50 ± 0.71", "42.29"]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in md.splitlines()
+             if line.startswith("| fed") or line.startswith("| scaffold")]
+    table = {tuple(c[:2]): c[-2:] for c in cells}  # (method, alpha): [ours in %, the paper's]
+    assert table[("fedsmu", "0.25")] == ["60.50 ± 0.71", "51.79"]
+    assert table[("fedavg", "0.25")] == ["40.50 ± 0.71", "42.29"]
     assert table[("scaffold", "0.25")] == ["—", "—"] and table[("fedsmu", "0.6")] == ["—", "—"]
     assert "- **agrees**: the paper's ordering at data.partition.alpha = 0.25: expected fedsmu > {fedavg, scaffold}; " \
-        "ours (mean ± std final test_acc): fedsmu = 0.6050 ± 0.0071, fedavg = 0.4050 ± 0.0071, scaffold = 0.5050 ± 0.0071." in md
+        "ours (mean ± std final test_acc): fedsmu = 0.6050 ± 0.0071, fedavg = 0.4050 ± 0.0071, " \
+        "scaffold = 0.5050 ± 0.0071." in md
     assert "- **differs**: the paper's ordering at data.partition.alpha = 0.6: expected fedsmu > {fedavg, scaffold}; " \
-        "ours (mean ± std final test_acc): fedsmu = 0.3050 ± 0.0071, fedavg = 0.5050 ± 0.0071, scaffold = 0.4050 ± 0.0071 " \
+        "ours (mean ± std final test_acc): fedsmu = 0.3050 ± 0.0071, fedavg = 0.5050 ± 0.0071, " \
+        "scaffold = 0.4050 ± 0.0071 " \
         "(fedavg above fedsmu)." in md
     assert "no run for" not in md
     with open(tmp_path / "out" / "report.csv") as f:
         got = {(r["method"], r["data.partition.alpha"]): r for r in csv.DictReader(f)}
     assert float(got[("fedsmu", "0.25")]["paper"]) == 51.79 and got[("scaffold", "0.25")]["paper"] == ""
-    assert float(got[("fedsmu", "0.25")]["ours"]) == pytest.approx(60.5) and got[("fedsmu", "0.25")]["paper_unit"] == "%"
+    assert float(got[("fedsmu", "0.25")]["ours"]) == pytest.approx(60.5)
+    assert got[("fedsmu", "0.25")]["paper_unit"] == "%"
 
 
 def test_paper_block_errors_are_one_line():

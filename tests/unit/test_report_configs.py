@@ -1,6 +1,6 @@
-"""The report's declarations in conf/experiment: every ``paper:`` block reads and says what its numbers measure (``key``,
-``unit``), every claim names values the page's grid has, and every results page's about text fills from its own
-config (its placeholders name keys the composed config has, its filters labels or methods the grid runs)."""
+"""The report's declarations in conf/experiment: every ``paper:`` block reads and says what its numbers measure
+(``key``, ``unit``), every claim names values the page's grid has, and every results page's about text fills from
+its own config (its placeholders name keys the composed config has, its filters labels or methods the grid runs)."""
 from __future__ import annotations
 
 import functools
