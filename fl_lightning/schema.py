@@ -163,9 +163,11 @@ class Root:
                                    nullable=True, example="val_acc")
     label: Optional[str] = key(None, "the run's name in reports (an experiment's arm, conf/arm/, sets it)", "str",
                                nullable=True, example="FedPAC-SOAP, beta 0.9")
-    paper: Any = key(None, "the numbers the paper reports for an experiment's cells, shown by fl-report beside ours "
-                     "(source, metric, cells: [{KEY: VALUE, value: X}], ordering)", "table", nullable=True,
-                     example="{source: 'seed 002, Table 2', metric: 'test acc (%)', cells: []}")
+    paper: Any = key(None, "the paper's numbers and claims for an experiment's cells, shown by fl-report beside the "
+                     "rows of the runs that carry it (source, metric, key: the run metric compared, unit: '%' | "
+                     "fraction | null, cells: [{KEY: VALUE, value: X}], ordering, claims; fl_lightning/report/"
+                     "paper.py)", "table", nullable=True,
+                     example="{source: 'seed 002, Table 2', key: test_acc, unit: '%', cells: []}")
     # config groups: their keys are their targets' arguments (checked by instantiate) and the method's own knobs
     method: Any = None
     model: Any = None
