@@ -20,7 +20,7 @@ from .schema import register
 register()  # the schema (conf/config.yaml's first default) before Hydra composes
 
 log = logging.getLogger("fl_lightning")
-GROUPS = ("method", "model", "data", "experiment", "arm", "optimizer", "server_opt")
+GROUPS = ("method", "model", "data", "data/partition", "experiment", "arm", "optimizer", "server_opt", "logger")
 OPTIONAL_GROUPS = ("experiment", "arm")  # null by default (conf/config.yaml): ``experiment=null`` keeps none
 CONTROL = ("resume", "force_resume", "stop_after_rounds", "overwrite")  # how to run now, never carried over
 _HELD_LOCKS: list = []
@@ -55,7 +55,8 @@ def check_groups(argv: list[str], conf_dir: str) -> None:
     dirs = _search_dirs(argv, conf_dir)
     for arg in argv:
         key, sep, val = arg.lstrip("+~").partition("=")
-        if not sep or key not in GROUPS or "," in val or val == "" or val.startswith(("glob(", "range(", "choice(")):
+        if not sep or key not in GROUPS or "," in val or val == "" or val.startswith(("glob(", "range(", "choice(",
+                                                                                       "[")):
             continue
         if val == "null" and key not in OPTIONAL_GROUPS:
             fail(f"config error: {key}: null is not a {key} config; fix: name one, e.g. {key}=<name> (files in "
@@ -65,8 +66,11 @@ def check_groups(argv: list[str], conf_dir: str) -> None:
         names = sorted({os.path.relpath(os.path.join(root, f), os.path.join(d, key))[:-5].replace(os.sep, "/")
                         for d in dirs for root, _, files in os.walk(os.path.join(d, key))
                         for f in files if f.endswith(".yaml")})
+        names = [n for n in names if not any(f"{key}/{n}".startswith(g + "/") for g in GROUPS
+                                             if g.startswith(key + "/"))]  # data/partition's members are not data's
         if val not in names:
-            fail(f"unknown {key} {val!r}; valid: {', '.join(names)} (files in conf/{key}/)")
+            fail(f"unknown {key} {val!r}; valid: {', '.join(names)} (files in conf/{key}/; {key} configs kept elsewhere "
+                 f"are found with hydra.searchpath=[file://DIR] where DIR holds {key}/{val}.yaml)")
 
 
 def prepare(argv: list[str], conf_dir: str) -> list[str]:
@@ -119,9 +123,16 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
                 near = closest_key(compose(config_name="config", overrides=rest), name)
         except Exception:
             near = None
-        hint = f"did you mean {near}? " if near else ""
-        return f"config error: {name}: no such key; fix: {hint}(a new argument of a part or model needs a leading +, " \
-               f"e.g. +{name}=...)"
+        if near:  # the closest key first; the + hint only where no key is close
+            return f"config error: {name}: no such key; fix: did you mean {near}?"
+        return f"config error: {name}: no such key; fix: a new argument of a part or model needs a leading +, " \
+               f"e.g. +{name}=..."
+    if m and "No match in the defaults list" in str(err):  # server_opt=adam with a method that has no server optimizer
+        name = m.group(1)
+        val = next((a.partition("=")[2] for a in argv if _okey(a) == name), "<name>")
+        fix = (f"choose a method with a server optimizer, e.g. method=fedadam server_opt={val}" if name == "server_opt"
+               else f"add it with +{name}={val}")
+        return f"config error: {name}: this config has no {name} to override; fix: {fix}"
     cause = err.__cause__
     if cause is not None and str(cause).strip():
         text += f" ({str(cause).strip().splitlines()[0]})"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Optional
 
@@ -274,25 +275,49 @@ def closest(name: str, candidates) -> str | None:
     return m[0] if m else None
 
 
-def closest_key(cfg: DictConfig, name: str) -> str | None:
+# words a user may spell out where the configs abbreviate (method.learning_rate -> method.lr)
+_SPELLED = (("learning_rate", "lr"), ("learningrate", "lr"), ("step_size", "lr"), ("epsilon", "eps"),
+            ("wd", "weight_decay"))
+
+
+def closest_key(cfg: DictConfig, name: str, exclude=()) -> str | None:
     """The key of ``cfg`` nearest to ``name`` (for 'no such key' messages): one with the same last part under the
-    same top-level node (``model.hidden`` -> ``model.net.hidden``), else the closest sibling spelling."""
+    same top-level node (``model.hidden`` -> ``model.net.hidden``), else the closest sibling spelling (also with a
+    spelled-out word abbreviated: ``method.learning_rate`` -> ``method.lr``), else the closest spelling of a value's
+    key anywhere under the same top-level node (``method.rul`` -> ``method.parts.aggregation.rule``). ``exclude``:
+    keys not to suggest (``name`` itself is never suggested)."""
     parent, _, leaf = name.rpartition(".")
-    flat = _flat_keys(OmegaConf.to_container(cfg, resolve=False))
-    same_leaf = [k for k in flat if k.split(".")[0] == name.split(".")[0] and k.rsplit(".", 1)[-1] == leaf]
-    if same_leaf:
-        return min(same_leaf, key=len)
-    siblings = [k[len(parent) + 1:] if parent else k for k in flat if k.rpartition(".")[0] == parent]
-    match = difflib.get_close_matches(leaf, siblings, n=1)
-    return f"{parent + '.' if parent else ''}{match[0]}" if match else None
+    skip = {name, *exclude}
+    tree = OmegaConf.to_container(cfg, resolve=False)
+    flat = [k for k in _flat_keys(tree) if k not in skip]
+    top = name.split(".")[0]
+    leaves = [k for k in _flat_keys(tree, leaves_only=True) if k not in skip and k.split(".")[0] == top]
+    for word in [leaf] + [re.sub(rf"(?<![^_]){a}(?![^_])", b, leaf) for a, b in _SPELLED
+                          if re.search(rf"(?<![^_]){a}(?![^_])", leaf)]:
+        same_leaf = [k for k in flat if k.split(".")[0] == top and k.rsplit(".", 1)[-1] == word]
+        if same_leaf:
+            return min(same_leaf, key=len)
+        siblings = [k[len(parent) + 1:] if parent else k for k in flat if k.rpartition(".")[0] == parent]
+        match = difflib.get_close_matches(word, siblings, n=1)
+        if match:
+            return f"{parent + '.' if parent else ''}{match[0]}"
+    if parent:  # a key deeper in the same node (a part's argument no method key sets)
+        by_leaf: dict[str, list[str]] = {}
+        for k in leaves:
+            by_leaf.setdefault(k.rsplit(".", 1)[-1], []).append(k)
+        match = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)
+        if match:
+            return min(by_leaf[match[0]], key=len)
+    return None
 
 
-def _flat_keys(node, prefix: str = "") -> list[str]:
+def _flat_keys(node, prefix: str = "", leaves_only: bool = False) -> list[str]:
     out = []
     if isinstance(node, dict):
         for k, v in node.items():
-            out.append(prefix + str(k))
-            out.extend(_flat_keys(v, f"{prefix}{k}."))
+            if not (leaves_only and isinstance(v, dict)) and not str(k).startswith("_"):
+                out.append(prefix + str(k))
+            out.extend(_flat_keys(v, f"{prefix}{k}.", leaves_only))
     return out
 
 
@@ -331,9 +356,8 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
             name = ov.split("=", 1)[0].lstrip("+~")
             parts = name.split(".")
             if len(parts) == 2 and parts[0] == "method" and parts[1] in unread:
-                read = [k for k in cfg.method.keys() if k not in unread]
-                near = difflib.get_close_matches(parts[1], read, n=1)
-                fix = f"did you mean method.{near[0]}?" if near else "remove it"
+                near = closest_key(cfg, name, exclude={f"method.{k}" for k in unread})
+                fix = f"did you mean {near}?" if near else "remove it"
                 raise ConfigError(name, f"nothing in method {cfg.method.get('name')!r} reads it", fix)
 
 

@@ -23,9 +23,10 @@ def _root_of(node):
 def build_strategy(cfg, key: str = "method") -> Strategy:
     from omegaconf import OmegaConf
 
-    from ..config import instantiate
+    from ..config import check_parts, instantiate
     from ..errors import ConfigError
 
+    check_parts(cfg, key)  # a node without a _target_ (+method.parts.nosuch.x=1): one line naming the parts
     parts = {}
     for name, pcfg in cfg.parts.items():
         if pcfg is None:  # a part switched off by an override (method.parts.x=null)
@@ -34,6 +35,10 @@ def build_strategy(cfg, key: str = "method") -> Strategy:
             raise ConfigError(f"{key}.parts.{name}", f"expected a part (a node with a _target_), got {pcfg!r}",
                               f"set {key}.parts.{name}=null to switch it off, or leave the method's own")
         part = instantiate(pcfg, f"{key}.parts.{name}")
+        if not isinstance(part, Part):
+            raise ConfigError(f"{key}.parts.{name}._target_", f"built a {type(part).__name__}, not a strategy part",
+                              "set it to a Part subclass (fl_lightning.strategies.parts, or your own subclass of "
+                              "fl_lightning.strategies.Part)")
         part.config_key = f"{key}.parts.{name}"
         parts[name] = part
     for name, part in parts.items():  # a part that reads another part's state names it (FedSMU-M's momentum_of)

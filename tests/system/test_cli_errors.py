@@ -27,8 +27,8 @@ def one_line_error(p, *needles):
 @pytest.mark.parametrize("group,bad", [("method", "fedfoo"), ("model", "resnet999"), ("data", "imagenet42")])
 def test_unknown_group_lists_valid_names(group, bad, tmp_path):
     p = run_cli([f"{group}={bad}", f"hydra.run.dir={tmp_path}"])
-    line = one_line_error(p, bad, "valid:")
-    assert len(p.stderr.strip().splitlines()) == 1
+    line = one_line_error(p, bad, "valid:", f"hydra.searchpath=[file://DIR] where DIR holds {group}/{bad}.yaml")
+    assert len(p.stderr.strip().splitlines()) == 1 and p.returncode == 2
     assert {"method": "fedavg", "model": "cnn", "data": "digits"}[group] in line
 
 
@@ -100,13 +100,18 @@ def test_interpolated_part_value_names_the_users_key(tmp_path):
 @pytest.mark.parametrize("arg,key,fix", [
     ("+fl.num_client=5", "fl.num_client: no such key", "did you mean fl.num_clients?"),
     ("fl.num_client=5", "fl.num_client: no such key", "did you mean fl.num_clients?"),
-    ("+method.lrr=0.1", "method.lrr: nothing in method 'fedavg' reads it", "did you mean method.lr?"),
-    ("method.lrr=0.1", "method.lrr: no such key", "did you mean method.lr?"),
+    ("+method.learning_rate=0.1", "method.learning_rate: nothing in method 'fedavg' reads it",
+     "fix: did you mean method.lr?"),
+    ("method.learning_rate=0.1", "method.learning_rate: no such key", "fix: did you mean method.lr?"),
     ("fl.rounds=abc", "fl.rounds: expected a whole number", "fl.rounds=40"),
 ])
 def test_unknown_and_mistyped_keys_are_one_line_before_training(arg, key, fix, tmp_path):
-    """The schema's checks through train.py: one line naming the key and the closest valid one, exit 2."""
-    one_line_error(run_cli([arg, f"hydra.run.dir={tmp_path}"]), key, fix)
+    """The schema's checks through train.py: one line naming the key and the closest valid one (first: the + hint
+    only where no key is close), exit 2."""
+    p = run_cli([arg, f"hydra.run.dir={tmp_path}"])
+    line = one_line_error(p, key, fix)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "leading +" not in line, line
 
 
 @pytest.mark.parametrize("overrides,key,fix", [

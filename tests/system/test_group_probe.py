@@ -1,7 +1,8 @@
 """Every member of every config group (each conf/model, data, data/partition, method, optimizer and server_opt yaml,
 found by listing conf/, so a new member is covered without an edit here) × each of that member's own keys ×
 {abc, null, -1, 0, 10**12, and for a list key its first item alone}, plus one misspelled ``+<group>.<key>`` per
-member (issue 32, "Hardening, second pass").
+member (issue 32, "Hardening, second pass"), a new node without ``_target_`` under ``method.parts`` per method, and per
+member with a ``name`` and a ``_target_`` (models, datasets, partitions) another member's label.
 
 Each case must reach its verdict before anything is built: :func:`fl_lightning.build.validate` (the schema, and every
 ``_target_`` node's keys against its constructor's signature, whose ``typing.Annotated`` ranges bound sizes such as
@@ -41,7 +42,8 @@ ANY = set(VALUES) | {"item"}
 NAMES = {"abc", "-1", "0", "huge"}  # any string; a number typed on the command line is read as its name
 FLOATS = "a float hyperparameter: no size, nothing allocated; a divergent run stops with the non-finite-loss error"
 VALID = [
-    ("*.name", NAMES, "a label in summary.json and the logs (not a target argument)"),
+    ("method.name", NAMES, "a label in summary.json and the logs (no _target_ to disagree with: the parts have them); "
+                           "model.name, data.name, data.partition.name must be a label of their _target_'s member"),
     ("method.comm.*", ANY, "the bytes a method declares: read by tests/system/test_methods.py only"),
     ("*root", NAMES, "a folder (relative to the cwd): read when the data is built, a missing one is a one-line error"),
     ("data.cache_dir", NAMES | {"null"}, "a folder for token caches (null: none / a temporary one)"),
@@ -239,6 +241,43 @@ def _cases():
             yield pytest.param(group, m, id=f"{group}={m}")
 
 
+def _new_part_and_relabel(cfg, group: str, member: str, node_key: str) -> list[str]:
+    """A new node without ``_target_`` under ``method.parts`` (a misspelled part name, then an unrelated one) must be
+    one line naming that node, the closest part first; a node with a ``name`` and a ``_target_`` relabelled as another
+    member of its group (one with another ``_target_``) must be refused naming ``<node>.name``, and the fix's
+    ``<node>.name=<its own>`` must make the error go away."""
+    from fl_lightning.config import _conf_dirs, _group_members
+
+    bad = []
+    if group == "method":
+        real = [n for n, p in OmegaConf.to_container(cfg.method.parts, resolve=False).items()
+                if isinstance(p, dict) and "_target_" in p]
+        near_part = f"method.parts.{real[0]}"
+        for new, near in ((misspelled(near_part), near_part), ("method.parts.nosuch", None)):
+            with _Set(cfg, new, {"x": 1}):
+                err = verdict(cfg, group, [f"+{new}.x=1"])
+            CASES[0] += 1
+            if err is None or "\n" in str(err) or err.key != new or (near and not err.fix.startswith(
+                    f"did you mean {near}?")) or f"+{new}._target_=" not in err.fix:
+                bad.append(f"+{new}.x=1 (no _target_): should be one line naming {new}"
+                           f"{' and suggesting ' + near if near else ''}: {err}")
+    node = OmegaConf.select(cfg, node_key)
+    if OmegaConf.is_dict(node) and "name" in node and "_target_" in node:
+        members = _group_members(_conf_dirs(), group)
+        own = members[member][1]
+        other = next((m for m in members if members[m][1] != own), None)
+        if other is not None:
+            key = f"{node_key}.name"
+            with _Set(cfg, key, other):
+                err = verdict(cfg, group)
+            CASES[0] += 1
+            if err is None or err.key != key or f"{group}={other}" not in err.fix:
+                bad.append(f"{key}={other} (another member's label): should be refused, fix {group}={other}: {err}")
+            elif _follow_fix(cfg, group, key, err):
+                bad.append(f"{key}={other}: following the fix ({err.fix}) still fails")
+    return bad
+
+
 @pytest.mark.parametrize("group,member", list(_cases()))
 def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member):
     node_key = GROUPS[group]
@@ -289,6 +328,7 @@ def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member)
             bad.append(f"+{typo} accepted")
         elif not _names(err, typo) or real not in err.fix:
             bad.append(f"+{typo}: should name it and suggest {real}: {err}")
+    bad += _new_part_and_relabel(cfg, group, member, node_key)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
     assert grown < 256 * 1024, f"{group}={member}: the cases raised the peak memory by {grown // 1024} MiB"
     assert not bad, f"{group}={member}: {len(bad)} bad cases:\n" + "\n".join(bad)

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 BASE = FAST + ["fl.rounds=1", "fl.local_steps=1"]
 VALUES = ["abc", "null", "-1", "0"]
-LABELS = {"abc", "-1", "0"}  # any non-null value names a method / model / dataset / partition in outputs
+LABELS = {"abc", "-1", "0"}  # any non-null value names a method in outputs (method.name: no _target_ to disagree with)
 # the documented valid values (docs/reliability.md, "Bad values"): everything else must be refused in one line
 VALID = {
     "optimizer.lr": {"0"}, "method.lr": {"0"},  # a zero step: the global model stays at its initial weights
@@ -21,7 +21,7 @@ VALID = {
     "optimizer.weight_decay": {"0"}, "method.weight_decay": {"0"},  # off
     "method.grad_clip": {"null"},  # no clipping
     "method.parts.aggregation.server_lr": {"0"},  # a frozen global model
-    "method.name": LABELS, "model.name": LABELS, "data.name": LABELS, "data.partition.name": LABELS,
+    "method.name": LABELS,  # model.name, data.name, data.partition.name: a label its _target_'s member lacks is refused
     # the bytes a method declares it sends: read by tests/system/test_methods.py only; runs measure their own bytes
     "method.comm.uplink": set(VALUES), "method.comm.downlink": set(VALUES),
     "data.partition.min_size": {"0"},  # no minimum client size
@@ -65,3 +65,61 @@ def test_every_key_refuses_bad_values_in_one_line(tmp_path, monkeypatch, key):
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), (key, value, err)
         assert NAMED_AS.get(key, key) in lines[0], (key, value, lines[0])  # the full key a user typed
+
+
+# the last inputs that ended in a traceback, ran silently or gave the wrong hint: (overrides, start of the one line,
+# what it must hold, what it must not)
+CASES = [
+    (["+method.parts.nosuch.x=1"], "method.parts.nosuch: is not a part of method 'fedavg'",  # was an AttributeError
+     ["its parts: local_optimizer, aggregation", "+method.parts.nosuch._target_="], []),
+    (["+method.parts.agregation.rule=mean"], "method.parts.agregation: is not a part",
+     ["fix: did you mean method.parts.aggregation?"], []),
+    (["data.partition.name=foo"], "data.partition.name: is 'foo' but the node is the dirichlet partition",  # was silent
+     ["fix: choose the partition with data/partition=foo", "data.partition.name=dirichlet"], []),
+    (["model.name=mlp"], "model.name: is 'mlp' but the node is the cnn model", ["fix: choose the model with model=mlp"],
+     []),
+    (["method.learning_rate=0.1"], "method.learning_rate: no such key", ["fix: did you mean method.lr?"], ["+"]),
+    (["method=fedmuon", "method.alpah=0.5"], "method.alpah: no such key", ["fix: did you mean method.alpha?"], ["+"]),
+    (["method.rul=mean"], "method.rul: no such key", ["fix: did you mean method.parts.aggregation.rule?"], ["+"]),
+    (["method.zzzz=1"], "method.zzzz: no such key", ["fix: a new argument of a part or model needs a leading +",
+                                                     "+method.zzzz="], ["did you mean"]),
+    (["method=nosuch"], "unknown method 'nosuch'",
+     ["valid: adam_biclip", "hydra.searchpath=[file://DIR] where DIR holds method/nosuch.yaml"], []),
+    (["data/partition=nosuch"], "unknown data/partition 'nosuch'",  # was Hydra's "Could not find", no names
+     ["valid: by_group, dirichlet", "DIR holds data/partition/nosuch.yaml"], []),
+    (["data.partition=iid"], "data.partition: is 'iid', not a partition",  # was an AttributeError
+     ["fix: choose the partition with data/partition=iid"], []),
+    (["method.parts=null"], "method.parts: is null", ["method.parts.<part>=null"], []),  # was an AttributeError
+    (["server_opt=adam"], "server_opt: this config has no server_opt to override",  # was Hydra's, with no fix
+     ["fix: choose a method with a server optimizer, e.g. method=fedadam server_opt=adam"], []),
+    (["+data.batchsize=16"], "data.batchsize: is not an argument", ["fix: did you mean data.batch_size?"], []),
+]
+
+
+@pytest.mark.parametrize("overrides,start,needles,absent", CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_the_last_tracebacks_and_wrong_hints_are_one_line(tmp_path, overrides, start, needles, absent):
+    code, err = cli_in_process(BASE + overrides, tmp_path / "run")
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
+    prefix = "error: " if start.startswith("unknown") else "error: config error: "
+    assert lines[0].startswith(prefix + start), lines[0]
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    fix = lines[0].split("; fix: ", 1)[-1]
+    for n in absent:
+        assert n not in fix, (n, lines[0])
+
+
+@pytest.mark.parametrize("method,typed,near", [("fedavg", "learning_rate", "method.lr"),
+                                               ("fedmuon", "alpah", "method.alpha"),
+                                               ("fedavg", "rul", "method.parts.aggregation.rule")])
+def test_a_plus_key_close_to_one_names_it(method, typed, near):
+    """With a leading + the key composes, and nothing reads it (train.py's check of the run's overrides; outside a
+    Hydra app cli_in_process has none): the closest key is named too."""
+    from fl_lightning.errors import ConfigError
+    from fl_lightning.schema import check
+
+    overrides = [f"method={method}", f"+method.{typed}=0.5"]
+    with pytest.raises(ConfigError) as err:
+        check(make_cfg(BASE + overrides), overrides)
+    assert err.value.key == f"method.{typed}" and err.value.fix == f"did you mean {near}?", str(err.value)

@@ -24,6 +24,9 @@ from tests.helpers.harness import FakeData, LossModule, MLP, build, method_confi
     ("fedmuon_avg", "method.order=backwards", "method.order (via method.parts.step_order.order)"),
     ("fedavg", "+method.parts.aggregation.bogus=1", "method.parts.aggregation.bogus"),
     ("fedadam", "method.server_lr=-1", "method.server_lr (via method.parts.aggregation.server_opt.lr)"),
+    ("fedavg", "+method.parts.nosuch.x=1", "method.parts.nosuch"),  # a node without _target_: was an AttributeError
+    ("fedprox", "+method.parts.proxx.mu=1", "method.parts.proxx"),
+    ("fedavg", "+method.parts.nosuch._target_=torch.nn.Identity", "method.parts.nosuch._target_"),  # not a Part
 ])
 def test_part_errors_name_the_full_key(method, override, key):
     cfg = method_config(method, [override])
@@ -31,6 +34,43 @@ def test_part_errors_name_the_full_key(method, override, key):
         build_strategy(cfg.method)
     assert err.value.key == key
     assert "\n" not in str(err.value) and "fix:" in str(err.value)
+
+
+def test_a_node_without_target_under_parts_names_the_parts_and_the_closest():
+    from fl_lightning.config import check_parts
+
+    cfg = method_config("fedavg", ["+method.parts.agregation.rule=mean"])
+    with pytest.raises(ConfigError) as err:
+        check_parts(cfg.method)  # what validate runs before anything is built
+    assert err.value.key == "method.parts.agregation"
+    assert "its parts: local_optimizer, aggregation" in err.value.problem
+    assert err.value.fix.startswith("did you mean method.parts.aggregation?"), err.value.fix
+    cfg = method_config("fedavg", ["+method.parts.nosuch.x=1"])
+    with pytest.raises(ConfigError) as err:
+        check_parts(cfg.method)
+    assert "+method.parts.nosuch._target_=" in err.value.fix and "method.parts.local_optimizer." in err.value.fix
+    check_parts(method_config("fedavg", ["method.parts.aggregation=null"]).method)  # switched off: fine
+
+
+def test_a_label_that_disagrees_with_its_target_is_refused():
+    """``data.partition.name=foo`` ran the Dirichlet partition labelled foo; a node whose ``_target_`` is the user's
+    own may carry any label (docs/extending.md: ``model.net._target_=mymodels.x`` on the default model)."""
+    from fl_lightning.config import check_labels
+    from tests.helpers.cli import make_cfg
+
+    for overrides, key, fix in [
+            (["data.partition.name=foo"], "data.partition.name", "data/partition=foo"),
+            (["data.partition.name=iid"], "data.partition.name", "data/partition=iid"),
+            (["model.name=mlp"], "model.name", "model=mlp"),
+            (["data.name=mnist"], "data.name", "data=mnist"),
+            (["model.net._target_=fl_lightning.models.cnn.mlp", "~model.net.channels"], "model.name",
+             "model.name=mlp")]:
+        with pytest.raises(ConfigError) as err:
+            check_labels(make_cfg(overrides))
+        assert err.value.key == key and fix in err.value.fix, (overrides, str(err.value))
+    for overrides in (["model=cnn_fedsmu_128"], ["model=resnet18", "model.name=resnet18_gn"], ["data/partition=iid"],
+                      ["model.net._target_=tests.helpers.parts.UpdateNorm"], ["model.name=cnn"]):
+        check_labels(make_cfg(overrides))  # the member's own label, one of its target's, or the user's own target
 
 
 def test_parts_receive_ready_factories():
