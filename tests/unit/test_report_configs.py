@@ -103,9 +103,13 @@ def test_the_papers_claims_under_test():
 
 
 def test_the_pages_that_choose_an_lr_choose_it_on_a_validation_split():
-    for name in ("fedsmu_small_scale", "seed003_comparison", "fedsmu_lr_grid", "seed003_lr_grid"):
+    for name in ("fedsmu_small_scale", "seed003_comparison", "fedsmu_lr_grid", "seed003_lr_grid",
+                 "fedpac_sophia_lr_grid"):
         cfg = _load(os.path.join(CONF, "experiment", "results", f"{name}.yaml"))
         assert cfg["data"]["val_fraction"] > 0 and _at(cfg, "hydra.callbacks.report.select") == "val_acc", name
+    for path in PAGES:  # and no page selects on anything but a validation metric
+        select = _at(_load(path), "hydra.callbacks.report.select")
+        assert select is None or str(select).startswith("val_"), f"{_name(path)} selects on {select}"
 
 
 @pytest.mark.parametrize("path", PAGES, ids=_name)
