@@ -2,7 +2,8 @@
 every setting) gets a verdict computed from the report's rows.
 
 A claim ranks values of the first ``--by`` key: ``better`` above ``worse``, or ``order`` (best first; a list in it is
-a tier whose order is not stated). It is checked in each *setting* (each combination of the other ``--by`` keys and
+a tier whose order is not stated); or ``converges``: no run of that value diverged (the table's ``diverged`` column:
+stopped on a non-finite loss, or ended worse than ``--blowup``), agrees when none did, differs when one did. It is checked in each *setting* (each combination of the other ``--by`` keys and
 the data and model names) of the rows of its own paper block, or only in those ``where`` picks. Each value's range is
 its row's mean ± sample std of the final metric over the runs that finished (the paper's ``key`` where the runs
 logged it, else the primary metric). The verdict:
@@ -85,6 +86,17 @@ def verdict(rows: list[Row], tiers: list[list[Any]], key: str) -> tuple[str, str
     return "agrees", "", shown
 
 
+def converges(rows: list[Row], value: Any) -> tuple[str, str, list[str]]:
+    """(verdict, reason, shown) for "no run of ``value`` diverged" among ``rows`` (one setting)."""
+    first = list(rows[0].group)[0]
+    hit = [r for r in rows if same(r.group[first], value)]
+    if len(hit) != 1:
+        return "inconclusive", f"{len(hit)} rows for {value}" if hit else f"no run for {value}", []
+    r = hit[0]
+    shown = [f"{value}: {r.diverged}/{r.n} diverged"]
+    return ("differs" if r.diverged else "agrees"), "", shown
+
+
 def claim_lines(rows: list[Row], papers: list[Paper]) -> list[str]:
     """One line per claim and setting: the verdict, the claim, where, and the numbers."""
     out = []
@@ -100,18 +112,20 @@ def claim_lines(rows: list[Row], papers: list[Paper]) -> list[str]:
         tag = f" [{i + 1}]" if len(papers) > 1 else ""
         varying = [k for k in mine[0].context if len({repr(r.context[k]) for r in mine}) > 1]
         for c in claims:
-            tiers = _tiers(c["order"]) if "order" in c else [[c["better"]], [c["worse"]]]
-            stated = " > ".join(str(t[0]) if len(t) == 1 else "{" + ", ".join(map(str, t)) + "}" for t in tiers)
+            tiers = _tiers(c["order"]) if "order" in c else [[c["better"]], [c["worse"]]] if "better" in c else []
+            stated = " > ".join(str(t[0]) if len(t) == 1 else "{" + ", ".join(map(str, t)) + "}" for t in tiers) \
+                if tiers else f"no run of {c['converges']} diverges"
             where = c.get("where") or {}
             picked = [s for s in settings.values() if all(matches(r, where) for r in s)]
             if not picked:
                 out.append(f"**inconclusive**: {c.get('text') or stated}{tag}: no run where "
                            f"{', '.join(f'{k} = {v}' for k, v in where.items())}.")
             for s in picked:
-                result, reason, shown = verdict(s, tiers, key)
+                result, reason, shown = verdict(s, tiers, key) if tiers else converges(s, c["converges"])
                 at = ", ".join(f"{k} = {v}" for k, v in [*list(s[0].group.items())[1:],
                                                          *((k, s[0].context[k]) for k in varying)])
-                ours = f"; ours (mean ± std final {key}): {', '.join(shown)}" if shown else ""
+                what = f"mean ± std final {key}" if tiers else "runs"
+                ours = f"; ours ({what}): {', '.join(shown)}" if shown else ""
                 out.append(f"**{result}**: {c.get('text') or stated}{tag}{' at ' + at if at else ''}: expected "
                            f"{stated}{ours}{' (' + reason + ')' if reason else ''}.")
     return out

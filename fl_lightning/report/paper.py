@@ -33,7 +33,7 @@ from .table import Row
 UNITS = ("%", "fraction", None)
 FRACTIONS = ("acc", "f1", "mcc", "frac")  # our metrics whose value is a fraction: test_acc, val_f1, mu_frac, ...
 _KEYS = ("source", "metric", "key", "unit", "cells", "ordering", "claims")
-_CLAIM_KEYS = ("better", "worse", "order", "where", "text")
+_CLAIM_KEYS = ("better", "worse", "order", "converges", "where", "text")
 
 
 class PaperError(ConfigError, ReportError):
@@ -90,10 +90,10 @@ def read_paper(node: Any) -> Paper | None:
         where = f"paper.claims[{i}]"
         if not isinstance(c, dict) or set(c) - set(_CLAIM_KEYS):
             raise PaperError(where, f"got {c!r}", f"use the keys {', '.join(_CLAIM_KEYS)}")
-        pair = "better" in c and "worse" in c
-        if pair == ("order" in c) or ("order" in c and not _tiers_ok(c["order"])):
-            raise PaperError(where, f"got {c!r}", "give either better and worse, or order (values of the first --by "
-                             "key, best first)")
+        kinds = ("better" in c and "worse" in c) + ("order" in c) + ("converges" in c)
+        if kinds != 1 or ("order" in c and not _tiers_ok(c["order"])) or (("better" in c) != ("worse" in c)):
+            raise PaperError(where, f"got {c!r}", "give one of: better and worse, order (values of the first --by "
+                             "key, best first), or converges (a value none of whose runs may diverge)")
         if not isinstance(c.get("where", {}), dict):
             raise PaperError(f"{where}.where", f"got {c['where']!r}", "give {KEY: VALUE, ...} of the other --by keys")
     return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), key, block.get("unit"), cells,

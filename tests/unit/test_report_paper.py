@@ -261,10 +261,27 @@ def test_orderings_per_setting_with_where(tmp_path):
     assert lines[1].endswith("(1 above 4).")
 
 
+def test_a_converges_claim_counts_the_rows_diverged_runs(tmp_path):
+    """Seed 003's C6: no FedMuon run diverges (a non-finite loss, or a final G worse than --blowup)."""
+    paper = {"source": "s", "claims": [{"converges": "M", "text": "M never diverges"},
+                                       {"converges": "S", "text": "S never diverges"},
+                                       {"converges": "Z", "text": "Z never diverges"}]}
+    for lab, gs in (("M", [1.0, 1.2, 0.9]), ("S", [1.0, 50.0])):
+        for s, g in enumerate(gs):
+            fake_run(tmp_path / "s" / f"{lab}{s}", lab, s, [3.0, g], paper=paper)
+    fake_run(tmp_path / "s" / "S9", "S", 9, [3.0], finished=False, error="non-finite loss", paper=paper)
+    report([str(tmp_path / "s")], str(tmp_path / "o"), by=["label"], plots=False, blowup=37.0)
+    assert _claim_lines((tmp_path / "o" / "report.md").read_text()) == [
+        "- **agrees**: M never diverges: expected no run of M diverges; ours (runs): M: 0/3 diverged.",
+        "- **differs**: S never diverges: expected no run of S diverges; ours (runs): S: 2/3 diverged.",
+        "- **inconclusive**: Z never diverges: expected no run of Z diverges (no run for Z)."]
+
+
 def test_claim_errors_are_one_line():
     from fl_lightning.report.paper import read_paper
 
     for bad in ({"claims": [{"better": "a"}]}, {"claims": [{"better": "a", "worse": "b", "order": ["a"]}]},
+                {"claims": [{"converges": "a", "order": ["a"]}]}, {"claims": [{"converges": "a", "worse": "b"}]},
                 {"claims": [{"order": []}]}, {"claims": [{"better": "a", "worse": "b", "when": {}}]},
                 {"claims": [{"better": "a", "worse": "b", "where": "x"}]}, {"unit": "percent"}, {"key": 3}):
         with pytest.raises(ReportError):
