@@ -56,6 +56,19 @@ def lora_args(r, alpha, dropout, targets, default_targets) -> tuple[int, float, 
     return r, alpha, fraction(dropout, "lora_dropout", "use 0.05"), targets
 
 
+def attention_dims(embed_dim: int, num_heads: int, mlp_ratio, heads_fix: str) -> float:
+    """A transformer's heads must divide ``embed_dim``; ``mlp_ratio`` must be a number > 0 (returned as a float)."""
+    if embed_dim % num_heads:
+        raise ConfigError("num_heads", f"{num_heads} heads do not divide embed_dim {embed_dim}", heads_fix)
+    try:
+        mlp_ratio = float(mlp_ratio)
+    except (TypeError, ValueError):
+        mlp_ratio = -1.0
+    if mlp_ratio <= 0 or int(embed_dim * mlp_ratio) < 1:
+        raise ConfigError("mlp_ratio", f"must be > 0, got {mlp_ratio!r}", "use 4")
+    return mlp_ratio
+
+
 def fraction(value, arg: str, fix: str = "use 0.0 (seed 004) or 0.1 (seed 001)") -> float:
     """A probability in [0, 1) (dropout rates), or a one-line error naming ``arg``."""
     try:

@@ -31,7 +31,7 @@ from torch import nn
 from ..data.info import DataInfo
 from ..errors import ConfigError
 from ..schema import OneOf, Range
-from ._args import Depth, Dropout, Width, choice, fraction, image_shape, positive_ints
+from ._args import Depth, Dropout, Width, attention_dims, choice, fraction, image_shape, positive_ints
 
 POS_EMBEDS = ("learn", "sincos")
 INITS = ("trunc_normal", "xavier")
@@ -79,14 +79,7 @@ def vit_tiny(info: DataInfo, patch_size: Annotated[int | str, Range(1, 1 << 10, 
     (depth,) = positive_ints(depth, "depth", 1, "6 (seed 004) or 12 (DeiT-Tiny)")
     (embed_dim,) = positive_ints(embed_dim, "embed_dim", 1, "192")
     (num_heads,) = positive_ints(num_heads, "num_heads", 1, "3")
-    if embed_dim % num_heads:
-        raise ConfigError("num_heads", f"{num_heads} heads do not divide embed_dim {embed_dim}", "use 3 with 192")
-    try:
-        mlp_ratio = float(mlp_ratio)
-    except (TypeError, ValueError):
-        mlp_ratio = -1.0
-    if mlp_ratio <= 0 or int(embed_dim * mlp_ratio) < 1:
-        raise ConfigError("mlp_ratio", f"must be > 0, got {mlp_ratio!r}", "use 4")
+    mlp_ratio = attention_dims(embed_dim, num_heads, mlp_ratio, "use 3 with 192")
     pos_embed, init = choice(pos_embed, "pos_embed", POS_EMBEDS), choice(init, "init", INITS)
     drop = fraction(dropout, "dropout")
 

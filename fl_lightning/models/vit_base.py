@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from ..data.info import DataInfo
 from ..errors import ConfigError
 from ..schema import Range
-from ._args import Depth, Dropout, Width, fraction, image_shape, positive_ints
+from ._args import Depth, Dropout, Width, attention_dims, fraction, image_shape, positive_ints
 
 VARIANT = "vit_base_patch16_224.orig_in21k"
 HUB_FILES = ("model.safetensors", "pytorch_model.bin")   # what a timm hub snapshot folder holds
@@ -143,14 +143,7 @@ def vit_base(info: DataInfo, patch_size: Annotated[int, Range(1, 1 << 10)] = 16,
     (embed_dim,) = positive_ints(embed_dim, "embed_dim", 1, "768")
     (depth,) = positive_ints(depth, "depth", 1, "12")
     (num_heads,) = positive_ints(num_heads, "num_heads", 1, "12")
-    if embed_dim % num_heads:
-        raise ConfigError("num_heads", f"{num_heads} heads do not divide embed_dim {embed_dim}", "use 12 with 768")
-    try:
-        mlp_ratio = float(mlp_ratio)
-    except (TypeError, ValueError):
-        mlp_ratio = -1.0
-    if mlp_ratio <= 0 or int(embed_dim * mlp_ratio) < 1:
-        raise ConfigError("mlp_ratio", f"must be > 0, got {mlp_ratio!r}", "use 4")
+    mlp_ratio = attention_dims(embed_dim, num_heads, mlp_ratio, "use 12 with 768")
     drop_path = fraction(drop_path, "drop_path", "use 0.0 (timm's ViT-B/16)")
     drop = fraction(dropout, "dropout", "use 0.0 (timm's ViT-B/16)")
 
