@@ -18,12 +18,14 @@ Fabric still forms the process group; ``trainer.timeout_s`` bounds every collect
 """
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 import sys
 import threading
 import time
 import uuid
+import weakref
 
 BEAT_S = 1.0  # heartbeat period; a counter that does not move in CHECK_S seconds is a process gone
 CHECK_S = 4.0
@@ -111,6 +113,8 @@ def _default_store():
 class Heartbeat:
     """A daemon thread beating ``fl/beat/<rank>`` in the process group's store (see the module docstring)."""
 
+    _live: "weakref.WeakSet[Heartbeat]" = weakref.WeakSet()
+
     def __init__(self, rank: int, world: int, store=None, period: float = BEAT_S):
         self.rank, self.world, self.period = rank, world, period
         self.store = store if store is not None else _default_store()
@@ -118,11 +122,15 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._beat, name="fl-heartbeat", daemon=True)
 
     def start(self) -> "Heartbeat":
+        Heartbeat._live.add(self)
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 0.0) -> None:
+        """Stop beating; with ``wait`` > 0, also wait up to that many seconds for the thread to leave the store."""
         self._stop.set()
+        if wait > 0 and self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(wait)
 
     def _beat(self) -> None:
         while not self._stop.is_set():
@@ -166,6 +174,15 @@ def start_heartbeat(rank: int, world: int) -> None:
 def stop_heartbeat() -> None:
     while _BEAT:
         _BEAT.pop().stop()
+
+
+@atexit.register
+def _join_heartbeats() -> None:
+    """Every beat still running stops before the interpreter finalizes: a daemon thread that is inside the store's
+    C++ call then (it releases the GIL there) is unwound by ``pthread_exit`` through a ``noexcept`` frame, and the
+    process aborts with "terminate called without an active exception" (exit 134) after its work is done."""
+    for beat in list(Heartbeat._live):
+        beat.stop(wait=2.0)
 
 
 # ---------------------------------------------------------------------------------------------- a lost peer
