@@ -412,6 +412,7 @@ class FederatedLoop:
                 while self.round < end:
                     r = self.round
                     metrics = self.run_round(r, progress)
+                    self.recorder.stamp_round()
                     self.round = r + 1
                     evaluated = self.round % self.config.eval_every == 0 or self.round == self.R
                     if evaluated:

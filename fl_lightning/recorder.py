@@ -12,6 +12,12 @@ mlflow``; none by default: this file is the rows' one copy).
 ``("test_loss", "min")`` or perplexity for language models; set by the model's ``primary_metric``), its final and
 best values, the final value of every other metric, and every total. The recorder is stateful (rows, counters,
 wall time), so a resumed run continues the same files.
+
+Two wall-clock stamps (``time.time()``, seconds since the epoch) let a parent process time this one from outside
+(``tools/bench_w2.py``): ``loop_start_unix``, when this invocation's round loop began (after the imports, the data,
+the model, Fabric and the strategy's set-up), and ``round_end_unix``, one per round this invocation ran, taken after
+the round's training and server update (before its evaluation and checkpoint). A parent subtracts its own
+``time.time()`` at spawn to get the start-up; both are this invocation's only (a resumed run restamps them).
 """
 from __future__ import annotations
 
@@ -37,10 +43,17 @@ class RunRecorder:
         self.totals: dict[str, float] = {k: 0 for k in _COUNTERS}
         self.wall_before = 0.0
         self._t0 = time.perf_counter()
+        self.loop_start_unix: float | None = None
+        self.round_end_unix: list[float] = []
 
     # ------------------------------------------------------------------ during the run
     def start_clock(self) -> None:
         self._t0 = time.perf_counter()
+        self.loop_start_unix = time.time()
+
+    def stamp_round(self) -> None:
+        """A round's training and server update are done (``round_end_unix``)."""
+        self.round_end_unix.append(time.time())
 
     def wall(self) -> float:
         return self.wall_before + time.perf_counter() - self._t0
@@ -100,7 +113,8 @@ class RunRecorder:
             if col not in ("round", "wall_s", *self.totals, *self._mb()):
                 finals[f"final_{col}"] = self.last(col)
         s = {**self.info, **extra, "primary_metric": name, "primary_mode": mode, "final": self.last(name),
-             "best": best, f"best_{name}": best, **finals, **self.totals, **self._mb(), "wall_s": round(self.wall(), 2)}
+             "best": best, f"best_{name}": best, **finals, **self.totals, **self._mb(), "wall_s": round(self.wall(), 2),
+             "loop_start_unix": self.loop_start_unix, "round_end_unix": self.round_end_unix}
         if self.rank == 0:
             with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
                 json.dump(s, f, indent=2)

@@ -46,6 +46,20 @@ def test_classifier_summary_declares_accuracy(tmp_path):
     assert s["final"] == s["final_test_acc"] and s["best_test_acc"] >= s["final_test_acc"]
 
 
+def test_summary_stamps_the_loop_start_and_each_round_end(tmp_path):
+    """``loop_start_unix`` and one ``round_end_unix`` per round, wall-clock and in order (tools/bench_w2.py times
+    the start-up from them)."""
+    import time
+
+    before = time.time()
+    loop = build_loop(FAST + ["fl.rounds=3"], tmp_path)
+    s = loop.run()
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk["loop_start_unix"] == s["loop_start_unix"] and len(on_disk["round_end_unix"]) == 3
+    stamps = [s["loop_start_unix"], *s["round_end_unix"]]
+    assert before <= stamps[0] and stamps == sorted(stamps) and stamps[-1] <= time.time()
+
+
 @pytest.mark.slow
 def test_part_metrics_reach_metrics_csv_through_the_cli(tmp_path):
     p = run_cli(FAST + ["fl.rounds=3", "+method.parts.probe._target_=tests.helpers.parts.UpdateNorm", f"hydra.run.dir={tmp_path}"])
