@@ -248,6 +248,8 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     lists = [a for a in alts if typing.get_origin(a) in (list, tuple, collections.abc.Sequence)]
     if "str" in scalars and len(scalars) > 1 and (words or rng is not None):  # int | str with words: a number or a word
         scalars.remove("str")
+    if scalars == ["str"] and lists and words:  # str | tuple[float, ...] with words (Muon's ns_coeffs): a word or a list
+        scalars.remove("str")
     if len(scalars) > 1 or len(lists) > 1 or (not scalars and not lists):
         return None
     base = dict(nullable=nullable, words=words, choices=tuple(choices), low=rng.low if rng else None,

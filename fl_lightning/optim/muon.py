@@ -40,8 +40,6 @@ Hooks for federated strategies (all per parameter, keyed by the Parameter object
 * correction: ``opt.set_correction({p: C})`` adds C to the direction before the LMO (and before the SGD step)
   without touching the stored momentum; persists across steps until replaced / ``set_correction(None)``.
   Seed 000 FedMuon: C = C_glob - C_i gives lmo(M_i - C_i + C_glob). Tensors are kept by reference, not copied.
-* ``opt.direction_hook = fn(p, D) -> D'``: optional arbitrary transform of D (after the correction, before the LMO)
-  for Muon and SGD params.
 * ``lmo="neg_identity"`` replaces orthogonalize(D) by D (with ``momentum_style="ema"``, α = 1, ``scale_mode="none"``
   and a correction, FedMuon becomes the SCAFFOLD variant of seed 000 Sec. 4, decision 000/A20); ``ns_steps=0`` gives
   D/||D||_F.
@@ -50,7 +48,7 @@ p.grad is never modified. Corrections are not part of ``state_dict()`` (they bel
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated
 
 import torch
@@ -86,7 +84,7 @@ class Muon(torch.optim.Optimizer):
         momentum_style: str = "ema_beta",
         nesterov: bool = True,
         ns_steps: Annotated[int, Range(0, 1000)] = 5,
-        ns_coeffs: Annotated[tuple[float, float, float], Range(words=tuple(NS_COEFFS))] = "muon",
+        ns_coeffs: Annotated[str | tuple[float, float, float], Range(words=tuple(NS_COEFFS))] = "muon",
         ns_method: str = "ns",
         ns_dtype: Annotated[torch.dtype | str | None, OneOf("float32", "bfloat16", "float16", "float64")] = None,
         ns_eps: NonNegative = 1e-7,
@@ -110,7 +108,6 @@ class Muon(torch.optim.Optimizer):
         for group in self.param_groups:
             check_group(group)
         self.corrections: dict[Tensor, Tensor] = {}
-        self.direction_hook: Callable[[Tensor, Tensor], Tensor] | None = None
 
     # ----------------------------------------------------------------- strategy hooks
     def set_correction(self, corrections: Mapping[Tensor, Tensor] | None) -> None:
@@ -133,10 +130,6 @@ class Muon(torch.optim.Optimizer):
         with torch.no_grad():
             for p, m in buffers.items():
                 self.momentum_buffer(p).copy_(m)
-
-    def reset_state(self) -> None:
-        """Forget all optimizer state (momenta, Adam moments); a fresh optimizer with the same groups."""
-        self.state.clear()
 
     def param_kind(self, p: Tensor) -> str:
         """'muon', 'sgd' or 'adamw': how p is updated."""
@@ -179,7 +172,7 @@ class Muon(torch.optim.Optimizer):
     @torch.no_grad()
     def apply_direction(self, p: Tensor, d: Tensor) -> None:
         """One step of p along a given direction D (e.g. the momentum as received, seed 003 Alg. 1 line 4): the
-        correction and hook, the LMO, weight decay and the scaled step, exactly as in ``step`` after the momentum
+        correction, the LMO, weight decay and the scaled step, exactly as in ``step`` after the momentum
         line; the stored momentum is not touched."""
         self._apply(p, d, self._group_of(p))
 
@@ -190,11 +183,11 @@ class Muon(torch.optim.Optimizer):
         raise KeyError("parameter is not managed by this optimizer")
 
     def _direction(self, p: Tensor, d: Tensor) -> Tensor:
-        """D + C (out of place: the stored momentum is unchanged), then the direction hook."""
+        """D + C (out of place: the stored momentum is unchanged)."""
         c = self.corrections.get(p)
         if c is not None:
             d = d + c
-        return self.direction_hook(p, d) if self.direction_hook is not None else d
+        return d
 
     def _apply(self, p: Tensor, d: Tensor, group: dict) -> None:
         d = self._direction(p, d)
