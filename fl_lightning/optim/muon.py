@@ -4,7 +4,9 @@ One ``torch.optim.Optimizer`` holds both kinds of parameter groups (flag ``use_m
 Jordan's ``MuonWithAuxAdam``. Per step, for a Muon parameter X with gradient g (seed 000 = FedMuon, anonymous,
 under review: Sec. 2 and Alg. 1 lines 8-9; seed 003 = Zhang & Gao, "On Provable Benefits of Muon in Federated
 Learning", Eq. (4.1); seed 004 = Liu, Shang et al., "FedMuon: Accelerating Federated Learning with Matrix
-Orthogonalization", Eq. (2); docs/decisions.md lists the seeds):
+Orthogonalization", Eq. (2); docs/decisions.md lists the seeds; the arithmetic is the pure functions of
+``muon_math.py``, which ``step`` calls: ``muon_update`` per group of Muon params, ``muon_direction`` and
+``adamw_update`` on the aux params, ``decoupled_step``):
 
     M ← decay·M + gain·g                                   momentum (``momentum_style``, table below)
     D ← M            or, with nesterov, gain·g + decay·M   the direction
@@ -57,9 +59,9 @@ from torch import Tensor
 from ..schema import Betas, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
-from .muon_math import (STYLE_ALIASES, adamw_update, decoupled_step, momentum_coeffs, momentum_update, muon_update,
-                          orthogonalize_batched, update_scale)
-from .newton_schulz import NS_COEFFS, matrix_shape
+from .muon_math import (adamw_update, decoupled_step, lmo_update, momentum_coeffs, momentum_update, muon_direction,
+                        muon_update, update_scale, with_correction)
+from .newton_schulz import NS_COEFFS
 
 __all__ = ["Muon", "MuonAdapter", "split_muon_params", "muon_param_names", "momentum_coeffs", "momentum_update",
            "muon_update", "update_scale"]
@@ -136,7 +138,7 @@ class Muon(torch.optim.Optimizer):
         group = self._group_of(p)
         return "muon" if group["use_muon"] else group["aux"]
 
-    # ----------------------------------------------------------------- the step
+    # ----------------------------------------------------------------- the step (muon_math's pure functions)
     @torch.no_grad()
     def step(self, closure=None):
         loss = None
@@ -144,37 +146,40 @@ class Muon(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            batched: list[tuple[Tensor, Tensor]] = []  # Muon params: orthogonalized together, by matrix shape
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("Muon does not support sparse gradients")
-                if not group["use_muon"] and group["aux"] == "adamw":
-                    self._adamw(p, group)
-                    continue
-                style = STYLE_ALIASES.get(group["momentum_style"], group["momentum_style"])
-                d = momentum_update(p.grad, self.momentum_buffer(p), style, group["momentum"], group["nesterov"])
-                if group["use_muon"] and group["lmo"] == "spectral" and p.ndim != 3:
-                    batched.append((p, self._direction(p, d)))
-                else:
-                    self._apply(p, d, group)
-            self._apply_batched(batched, group)
+            params = [p for p in group["params"] if p.grad is not None]
+            if any(p.grad.is_sparse for p in params):
+                raise RuntimeError("Muon does not support sparse gradients")
+            lr, wd = group["lr"], group["weight_decay"]
+            if group["use_muon"]:  # same-shape matrices are orthogonalized as one batch
+                updates = muon_update([p.grad for p in params], [self.momentum_buffer(p) for p in params],
+                                      group["momentum"], corrections=[self.corrections.get(p) for p in params],
+                                      **_direction_args(group), **_lmo_args(group))
+                for p, (o, s) in zip(params, updates):
+                    decoupled_step(p, o, lr, lr * s, wd)
+            elif group["aux"] == "adamw":  # a correction enters the gradient (SCAFFOLD style)
+                for p in params:
+                    adamw_update(p, with_correction(p.grad, self.corrections.get(p)), self.state[p], lr,
+                                 group["betas"], group["eps"], wd)
+            else:  # momentum SGD: the same direction, no LMO, the plain lr
+                for p in params:
+                    d = muon_direction(p.grad, self.momentum_buffer(p), group["momentum"],
+                                       correction=self.corrections.get(p), **_direction_args(group))
+                    decoupled_step(p, d, lr, lr, wd)
         return loss
-
-    def _apply_batched(self, pairs: list[tuple[Tensor, Tensor]], group: dict) -> None:
-        """Orthogonalize the directions (same-shape matrices as one batch), then take the steps."""
-        ns = dict(steps=group["ns_steps"], coeffs=group["ns_coeffs"], method=group["ns_method"], eps=group["ns_eps"],
-                  dtype=group["ns_dtype"])
-        for (p, _), o in zip(pairs, orthogonalize_batched([d for _, d in pairs], **ns)):
-            self._step(p, o, group)
 
     @torch.no_grad()
     def apply_direction(self, p: Tensor, d: Tensor) -> None:
         """One step of p along a given direction D (e.g. the momentum as received, seed 003 Alg. 1 line 4): the
-        correction, the LMO, weight decay and the scaled step, exactly as in ``step`` after the momentum
-        line; the stored momentum is not touched."""
-        self._apply(p, d, self._group_of(p))
+        correction, the LMO, weight decay and the scaled step, exactly as in ``step`` after the momentum line (a
+        non-Muon param: D + C at the plain lr); the stored momentum is not touched."""
+        group = self._group_of(p)
+        lr, wd = group["lr"], group["weight_decay"]
+        d = with_correction(d, self.corrections.get(p))
+        if group["use_muon"]:
+            [(o, s)] = lmo_update([d], **_lmo_args(group))
+            decoupled_step(p, o, lr, lr * s, wd)
+        else:
+            decoupled_step(p, d, lr, lr, wd)
 
     def _group_of(self, p: Tensor) -> dict:
         for group in self.param_groups:
@@ -182,31 +187,15 @@ class Muon(torch.optim.Optimizer):
                 return group
         raise KeyError("parameter is not managed by this optimizer")
 
-    def _direction(self, p: Tensor, d: Tensor) -> Tensor:
-        """D + C (out of place: the stored momentum is unchanged)."""
-        c = self.corrections.get(p)
-        if c is not None:
-            d = d + c
-        return d
 
-    def _apply(self, p: Tensor, d: Tensor, group: dict) -> None:
-        d = self._direction(p, d)
-        if group["use_muon"] and group["lmo"] == "spectral":
-            self._apply_batched([(p, d)], group)
-            return
-        self._step(p, d, group)
+def _direction_args(group: dict) -> dict:
+    return dict(style=group["momentum_style"], nesterov=group["nesterov"])
 
-    def _step(self, p: Tensor, o: Tensor, group: dict) -> None:
-        """The decoupled step with the Muon scale folded into the lr (aux momentum SGD: the plain lr)."""
-        lr = group["lr"]
-        lr_p = lr * update_scale(group["scale_mode"], *matrix_shape(p)) if group["use_muon"] else lr
-        decoupled_step(p, o, lr, lr_p, group["weight_decay"])
 
-    def _adamw(self, p: Tensor, group: dict) -> None:
-        """AdamW on an aux parameter; a correction enters the gradient (SCAFFOLD style)."""
-        c = self.corrections.get(p)
-        g = p.grad if c is None else p.grad + c
-        adamw_update(p, g, self.state[p], group["lr"], group["betas"], group["eps"], group["weight_decay"])
+def _lmo_args(group: dict) -> dict:
+    return dict(lmo=group["lmo"], scale_mode=group["scale_mode"], ns_steps=group["ns_steps"],
+                ns_coeffs=group["ns_coeffs"], ns_method=group["ns_method"], ns_eps=group["ns_eps"],
+                ns_dtype=group["ns_dtype"])
 
 
 class MuonAdapter(StateAdapter):

@@ -1,10 +1,15 @@
-"""Muon's update as pure functions (Keller Jordan's ``muon.py`` shape): the momentum line, the per-matrix scale,
-the whole update of one matrix, same-shape matrices orthogonalized as one batch, the decoupled step, and the AdamW
-step of the auxiliary parameters. :class:`~fl_lightning.optim.muon.Muon` is these, line by line; parts and server
-optimizers call them directly (see ``muon.py``'s docstring for the equations)."""
+"""Muon's update as pure functions (Keller Jordan's ``muon.py`` shape): the momentum line, the direction with the
+strategy's correction, the LMO with the per-matrix scale (same-shape matrices orthogonalized as one batch), the whole
+update of a list of matrices, the decoupled step, and the AdamW step of the auxiliary parameters.
+:class:`~fl_lightning.optim.muon.Muon` is a thin class over them and the only caller outside the tests: ``Muon.step``
+runs :func:`muon_update` on each group of Muon params, :func:`muon_direction` on aux momentum-SGD params and
+:func:`adamw_update` on aux AdamW params, each followed by :func:`decoupled_step` (AdamW's is inside it), and
+``Muon.apply_direction`` runs :func:`lmo_update`. Strategy parts reach this math through the optimizer
+(``Muon.apply_direction``, the momentum buffers); see ``muon.py``'s docstring for the equations."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -55,28 +60,60 @@ def momentum_update(grad: Tensor, buf: Tensor, style: str, momentum: float, nest
     return grad.lerp(buf, decay) if nesterov else buf
 
 
-def muon_update(grad: Tensor, momentum: Tensor, beta: float = 0.95, *, style: str = "ema_beta",
-                nesterov: bool = True, correction: Tensor | None = None, ns_steps: int = 5,
-                ns_coeffs: str | tuple = "muon", ns_method: str = "ns", ns_eps: float = 1e-7,
-                ns_dtype: torch.dtype | str | None = None, scale_mode: str = "spectral") -> Tensor:
-    """The Muon update of one matrix, as a pure function (Keller Jordan's ``muon_update``): updates ``momentum`` in
-    place and returns s·orthogonalize(D + correction), to be applied as X ← X − lr·update. ``Muon.step`` is this
-    line by line (it folds s into the learning rate); parts and server optimizers reuse it without faking p.grad."""
-    d = momentum_update(grad, momentum, style, beta, nesterov)
-    if correction is not None:
-        d = d + correction
-    o = orthogonalize(d, steps=ns_steps, coeffs=ns_coeffs, method=ns_method, eps=ns_eps, dtype=ns_dtype)
-    s = update_scale(scale_mode, *matrix_shape(grad))
-    return o if s == 1.0 else o * s
+def with_correction(d: Tensor, correction: Tensor | None) -> Tensor:
+    """D + C out of place (the stored momentum never holds C); D itself when there is no correction."""
+    return d if correction is None else d + correction
+
+
+def muon_direction(grad: Tensor, momentum: Tensor, beta: float, *, style: str = "ema_beta", nesterov: bool = True,
+                   correction: Tensor | None = None) -> Tensor:
+    """The direction of one parameter: the momentum line in place on ``momentum`` (:func:`momentum_update`), then
+    D + C (:func:`with_correction`). Muon params take it through the LMO (:func:`muon_update`); Muon's aux
+    momentum-SGD params step along it as it is."""
+    return with_correction(momentum_update(grad, momentum, style, beta, nesterov), correction)
+
+
+def lmo_update(directions: Sequence[Tensor], *, lmo: str = "spectral", scale_mode: str = "spectral",
+               ns_steps: int = 5, ns_coeffs: str | tuple = "muon", ns_method: str = "ns", ns_eps: float = 1e-7,
+               ns_dtype: torch.dtype | str | None = None) -> list[tuple[Tensor, float]]:
+    """(O, s) for each direction D of a Muon param, in the given order: O = orthogonalize(D) (same-shape matrices as
+    one batch, :func:`orthogonalize_batched`), or O = D with ``lmo="neg_identity"``; s = :func:`update_scale` of D's
+    matrix shape. The step is X ← X·(1 − lr·wd) − (lr·s)·O, i.e. ``decoupled_step(p, O, lr, lr * s, wd)``."""
+    if lmo == "spectral":
+        outs = orthogonalize_batched(list(directions), steps=ns_steps, coeffs=ns_coeffs, method=ns_method, eps=ns_eps,
+                                     dtype=ns_dtype)
+    elif lmo == "neg_identity":
+        outs = list(directions)
+    else:
+        raise ValueError(f"lmo must be one of {LMOS}, got {lmo!r}")
+    return [(o, update_scale(scale_mode, *matrix_shape(d))) for o, d in zip(outs, directions)]
+
+
+def muon_update(grads: Sequence[Tensor], momenta: Sequence[Tensor], beta: float = 0.95, *, style: str = "ema_beta",
+                nesterov: bool = True, corrections: Sequence[Tensor | None] | None = None, lmo: str = "spectral",
+                scale_mode: str = "spectral", ns_steps: int = 5, ns_coeffs: str | tuple = "muon", ns_method: str = "ns",
+                ns_eps: float = 1e-7, ns_dtype: torch.dtype | str | None = None) -> list[tuple[Tensor, float]]:
+    """The Muon update of a list of matrices (Keller Jordan's ``muon_update``, for many matrices at once): updates
+    each of ``momenta`` in place (:func:`muon_direction`, with ``corrections[i]`` added to the i-th direction) and
+    returns (O, s) per matrix (:func:`lmo_update`), applied as X ← X·(1 − lr·wd) − (lr·s)·O:
+    ``decoupled_step(p, O, lr, lr * s, wd)``. The scale s is folded into the learning rate rather than multiplied
+    into O. ``Muon.step`` calls this once per group of Muon params; ``grads`` are not modified."""
+    if corrections is None:
+        corrections = [None] * len(grads)
+    directions = [muon_direction(g, m, beta, style=style, nesterov=nesterov, correction=c)
+                  for g, m, c in zip(grads, momenta, corrections, strict=True)]
+    return lmo_update(directions, lmo=lmo, scale_mode=scale_mode, ns_steps=ns_steps, ns_coeffs=ns_coeffs,
+                      ns_method=ns_method, ns_eps=ns_eps, ns_dtype=ns_dtype)
 
 
 def orthogonalize_batched(directions: list[Tensor], **ns) -> list[Tensor]:
     """orthogonalize(D) of each direction, same-shape matrices stacked into one Newton–Schulz run (each matrix is
-    normalized on its own, so the result is the per-matrix one up to float rounding); same order as given."""
+    normalized on its own, so the result is the per-matrix one up to float rounding); a 3-D direction (already a
+    batch of matrices) is orthogonalized on its own; same order as given."""
     out: list[Tensor | None] = [None] * len(directions)
     by_shape: dict[tuple, list[int]] = {}
     for i, d in enumerate(directions):
-        by_shape.setdefault((matrix_shape(d), d.dtype, d.device), []).append(i)
+        by_shape.setdefault((matrix_shape(d), d.dtype, d.device) if d.ndim != 3 else ("3-D", i), []).append(i)
     for idx in by_shape.values():
         if len(idx) == 1:
             out[idx[0]] = orthogonalize(directions[idx[0]], **ns)

@@ -139,8 +139,9 @@ def test_state_adapter_attribute_wins_over_registry():
 # --------------------------------------------------------------------------- the pure Muon update
 @pytest.mark.parametrize("nesterov", [True, False])
 def test_muon_update_is_keller_jordans_formula(nesterov):
-    """muon_update(g, M, β) = s·NS(g.lerp(M', β) or M') with M' = βM + (1-β)g, s = sqrt(max(1, rows/cols)):
-    Keller Jordan's muon.py, written out here by hand; and X − lr·update is Muon.step's result."""
+    """muon_update([g], [M], β) = [(O, s)] with s·O = s·NS(g.lerp(M', β) or M'), M' = βM + (1-β)g,
+    s = sqrt(max(1, rows/cols)): Keller Jordan's muon.py, written out here by hand; and X − (lr·s)·O is
+    Muon.step's result bit for bit (the optimizer runs on this function)."""
     g = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
     M = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
     beta = 0.9
@@ -148,8 +149,9 @@ def test_muon_update_is_keller_jordans_formula(nesterov):
     d = (1 - beta) * g + beta * M_new if nesterov else M_new
     expected = orthogonalize(d, steps=5, coeffs="muon") * math.sqrt(max(1.0, 6 / 4))
     mom = M.clone()
-    got = muon_update(g, mom, beta, nesterov=nesterov)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    [(o, s)] = muon_update([g], [mom], beta, nesterov=nesterov)
+    assert s == math.sqrt(6 / 4)
+    torch.testing.assert_close(o * s, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mom, M_new)  # the momentum is updated in place
 
     p = nn.Parameter(torch.randn(6, 4, generator=torch.Generator().manual_seed(2)))
@@ -159,6 +161,7 @@ def test_muon_update_is_keller_jordans_formula(nesterov):
     p.grad = g.clone()
     opt.step()
     torch.testing.assert_close(p.detach(), x0 - 0.05 * expected, rtol=1e-5, atol=1e-6)
+    assert torch.equal(p.detach(), x0.add(o, alpha=-0.05 * s))
 
 
 def test_apply_direction_steps_along_a_given_direction_without_touching_momentum():

@@ -345,7 +345,7 @@ def test_deterministic_and_trains():
 
 def test_same_shape_matrices_are_orthogonalized_as_one_batch_with_the_per_matrix_result(monkeypatch):
     """One Newton–Schulz run per matrix shape and step, not one per matrix; the result is the pure
-    per-matrix ``muon_update`` (X ← X(1 - lr·wd) - lr·s·orth(D)) up to float rounding."""
+    ``muon_update`` of each matrix on its own (X ← X(1 - lr·wd) - lr·s·orth(D)) up to float rounding."""
     import fl_lightning.optim.muon_math as muon_module
     from fl_lightning.optim.muon import muon_update
 
@@ -359,5 +359,6 @@ def test_same_shape_matrices_are_orthogonalized_as_one_batch_with_the_per_matrix
     for _ in range(3):
         grads = [torch.randn(p.shape, generator=gen) for p in ref]
         for p, g, b in zip(ref, grads, bufs):
-            p.mul_(1 - 0.02 * 0.1).add_(muon_update(g, b, 0.9, nesterov=True), alpha=-0.02)
+            [(o, s)] = muon_update([g], [b], 0.9, nesterov=True)
+            p.mul_(1 - 0.02 * 0.1).add_(o, alpha=-0.02 * s)
     assert_all_close(got, ref, rtol=1e-5, atol=1e-6)
