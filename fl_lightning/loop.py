@@ -32,6 +32,7 @@ from .progress import RoundProgress
 from .recorder import RunRecorder
 from .schedule import lr_factor
 from .schema import FL
+from .services import LoopServices
 from .strategies.base import MODEL_KEY, Aggregate, ClientContext, ServerContext, Strategy
 
 log = logging.getLogger("fl_lightning")
@@ -83,7 +84,7 @@ class FederatedLoop:
         self.keys = [k for k in sd if k in set(self.trainable) or k in buffers]
         self.local: dict[str, Tensor] = {k: sd[k] for k in self.keys}
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-        self.param_dtype = next(iter(self.params.values())).dtype
+        self.services = LoopServices(fabric, module, self.params, data, self.seed)  # what parts may ask of the loop
         self.global_params: dict[str, Tensor] = {k: v.detach().clone() for k, v in self.local.items()}
         self.work = [float(data.steps_per_round(c, config.local_steps, config.local_epochs)) for c in range(self.n)]
         # home processes (balanced over all clients): who sets up clients' states and hands idle clients to the strategy
@@ -109,11 +110,6 @@ class FederatedLoop:
             for k, t in self.local.items():
                 t.copy_(self.global_params[k])
 
-    def _cast_floats(self, batch: dict) -> dict:
-        """Float inputs in the parameters' dtype (needed under the "-true" precisions; a no-op otherwise)."""
-        dtype = self.param_dtype
-        return {k: (v.to(dtype) if v.is_floating_point() and v.dtype != dtype else v) for k, v in batch.items()}
-
     def _all_reduce(self, t: Tensor) -> Tensor:
         return self.fabric.all_reduce(t, reduce_op="sum") if self.world > 1 else t
 
@@ -126,56 +122,10 @@ class FederatedLoop:
         dist.all_gather_object(out, obj)
         return out
 
-    def _loss(self, batch: dict, loss_fn=None) -> Tensor:
-        with self.fabric.autocast():
-            batch = self._cast_floats(batch)
-            return loss_fn(self.module, batch) if loss_fn is not None else self.module.training_step(batch, 0)
-
-    def _gradient(self, batch: dict, loss_fn=None) -> dict[str, Tensor]:
-        """Gradient of the loss on ``batch`` at the module's current weights; leaves ``p.grad`` as it was."""
-        saved = {n: p.grad for n, p in self.params.items()}
-        was_training = self.module.training
-        self.module.train()
-        for p in self.params.values():
-            p.grad = None
-        self.fabric.backward(self._loss(batch, loss_fn))
-        grads = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for n, p in self.params.items()}
-        for n, p in self.params.items():
-            p.grad = saved[n]
-        self.module.train(was_training)
-        return grads
-
-    def gradient_at(self, weights: dict[str, Tensor] | None, batch: dict, loss_fn=None) -> dict[str, Tensor]:
-        """See :meth:`ClientContext.gradient_at`: swap ``weights`` in, take the gradient, swap the current ones back."""
-        if not weights:
-            return self._gradient(batch, loss_fn)
-        current = {n: self.params[n].detach().clone() for n in weights}
-        with torch.no_grad():
-            for n, w in weights.items():
-                self.params[n].copy_(w)
-        try:
-            return self._gradient(batch, loss_fn)
-        finally:
-            with torch.no_grad():
-                for n, w in current.items():
-                    self.params[n].copy_(w)
-
-    def hvp(self, vector: dict[str, Tensor], batch: dict, loss_fn=None) -> dict[str, Tensor]:
-        """See :meth:`ClientContext.hvp` (double backward through the loss's graph)."""
-        names = list(self.params)
-        params = [self.params[n] for n in names]
-        grads = torch.autograd.grad(self._loss(batch, loss_fn), params, create_graph=True, allow_unused=True)
-        dot = sum((g * vector[n].to(g.dtype)).sum() for n, g in zip(names, grads) if g is not None and n in vector)
-        hv = torch.autograd.grad(dot, params, allow_unused=True)
-        return {n: (h.detach() if h is not None else torch.zeros_like(p)) for n, p, h in zip(names, params, hv)}
-
-    def client_rng(self, purpose: str, cid: int, r: int) -> torch.Generator:
-        return seeding.generator(self.seed, seeding.CLIENT_PART, seeding.purpose_id(purpose), cid, r, device=self.device)
-
     def _probe_gradient(self, cid: int) -> dict[str, Tensor]:
         """Minibatch gradient of client ``cid`` at the current global weights (a fixed probe stream)."""
         self._load_global_into_module()
-        return self._gradient(self.data.probe_batch(cid, self.device))
+        return self.services.gradient(self.data.probe_batch(cid, self.device))
 
     def lr_factor(self, r: int) -> float:
         c = self.config
@@ -200,15 +150,14 @@ class FederatedLoop:
             id=cid, round=r, module=self.module, params=self.params, local=self.local, global_params=self.global_params,
             state=self.store.checkout(cid), num_samples=self.data.num_samples(cid),
             num_steps=self.data.steps_per_round(cid, c.local_steps, c.local_epochs), lr_factor=lr_f,
-            received=received, services=self,
-            extra_gradient=lambda: self._gradient(self.data.extra_batch(cid, r, self.device)),
+            received=received, services=self.services,
         )
         self.strategy.client_start(client)
         self.module.train()
         clip = self.strategy.grad_clip
         loss_sum = torch.zeros((), device=self.device)
         for k, batch in enumerate(self.data.client_batches(cid, r, self.device, c.local_steps, c.local_epochs)):
-            batch = self._cast_floats(batch)
+            batch = self.services.cast_floats(batch)
             with self.fabric.autocast():
                 loss = self.module.training_step(batch, k)
             self.fabric.backward(loss)
@@ -297,7 +246,7 @@ class FederatedLoop:
             client = ClientContext(
                 id=cid, round=r, module=self.module, params=self.params, local=self.local,
                 global_params=self.global_params, state=self.store.checkout(cid), num_samples=self.data.num_samples(cid),
-                num_steps=0, lr_factor=lr_f, received=received, services=self)
+                num_steps=0, lr_factor=lr_f, received=received, services=self.services)
             self.strategy.client_idle(client)
             self.store.checkin(cid, client.state)
 
@@ -322,7 +271,7 @@ class FederatedLoop:
                 if len(next(iter(batch.values()))) == 0:
                     continue
             with self.fabric.autocast():
-                self.module.validation_step(self._cast_floats(batch), i)
+                self.module.validation_step(self.services.cast_floats(batch), i)
         return self.module.compute_eval()
 
     # ------------------------------------------------------------------ state

@@ -27,13 +27,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from collections.abc import Mapping
 from types import SimpleNamespace
-from typing import Any, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
 from ..messages import MODEL_KEY, Msg  # noqa: F401 (re-exported: the parts' and codecs' common currency)
+
+if TYPE_CHECKING:
+    from ..client_store import ClientStateStore
 
 
 @dataclass
@@ -49,19 +52,21 @@ class ServerContext:
     device: torch.device
     client_num_samples: list[int]
     owned_clients: list[int] = field(default_factory=list)  # clients whose state this process keeps
-    store: Any = None                     # the ClientStateStore (parts may initialise client state at setup)
-    probe_gradient: Any = None            # callable(client) -> {name: grad} at the global weights (for init='grad')
-    all_reduce_sum: Any = None            # callable(tensor) -> tensor summed over processes (identity on one)
-    lr_factor: Any = None                 # callable(round) -> schedule multiplier
+    store: "ClientStateStore | None" = None  # parts may initialise client state at setup
+    probe_gradient: Callable[[int], dict[str, Tensor]] | None = None  # client -> its gradient at the global weights
+    all_reduce_sum: Callable[[Tensor], Tensor] | None = None  # summed over processes (identity on one)
+    lr_factor: Callable[[int], float] | None = None  # round -> schedule multiplier
     local_steps: int | None = None        # K (None when training by epochs)
 
 
 class ClientServices(Protocol):
-    """What the loop computes for a part on request (``FederatedLoop`` provides it): extra gradients and
-    Hessian-vector products on the client's module, and generators seeded by (seed, purpose, client, round)."""
+    """What the loop computes for a part on request (:class:`fl_lightning.services.LoopServices` provides it, not
+    the loop itself): extra gradients and Hessian-vector products on the client's module, a fresh minibatch's
+    gradient, and generators seeded by (seed, purpose, client, round)."""
 
     def gradient_at(self, weights: dict[str, Tensor] | None, batch: dict, loss_fn=None) -> dict[str, Tensor]: ...
     def hvp(self, vector: dict[str, Tensor], batch: dict, loss_fn=None) -> dict[str, Tensor]: ...
+    def extra_gradient(self, client: int, round_idx: int) -> dict[str, Tensor]: ...
     def client_rng(self, purpose: str, client: int, round_idx: int) -> torch.Generator: ...
 
 
@@ -84,8 +89,6 @@ class ClientContext:
     received: dict[str, Tensor] = field(default_factory=dict)
     optimizer: torch.optim.Optimizer | None = None
     step: int = 0                         # local steps done so far
-    extra_gradient: Any = None            # callable() -> {name: grad} at the module's current weights on a fresh
-                                          # minibatch of this client (its own (seed, client, round) stream)
     batch: dict | None = None             # the current minibatch (cast, on the device) during the step hooks
     loss: Tensor | None = None            # its loss (detached after backward)
     services: ClientServices | None = None  # None: a part driven without a loop (unit tests)
@@ -104,6 +107,11 @@ class ClientContext:
         ``{name: tensor}`` subset of the trainable params; default: the current ones) on ``batch`` (default: the
         current minibatch). The module's weights and ``p.grad`` are left exactly as they were."""
         return self.services.gradient_at(weights, self.batch if batch is None else batch, loss_fn)
+
+    def extra_gradient(self) -> dict[str, Tensor]:
+        """The gradient at the module's current weights on a fresh minibatch of this client (its own (seed, client,
+        round) stream, apart from the training batches)."""
+        return self.services.extra_gradient(self.id, self.round)
 
     def hvp(self, vector: dict[str, Tensor], batch: dict | None = None, loss_fn=None) -> dict[str, Tensor]:
         """Hessian-vector product ``∇²f · v`` at the current weights on ``batch`` (default: the current minibatch), by

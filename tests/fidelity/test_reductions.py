@@ -95,7 +95,7 @@ def centralized(overrides, tmp_path, make_optimizer):
     for r in range(loop.config.rounds):
         for batch in loop.data.client_batches(0, r, loop.device, local_steps=1):
             opt.zero_grad()
-            module.training_step(loop._cast_floats(batch), 0).backward()
+            module.training_step(loop.services.cast_floats(batch), 0).backward()
             opt.step()
     return {n: p.detach().clone() for n, p in module.named_parameters()}
 

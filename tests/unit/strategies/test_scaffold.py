@@ -18,14 +18,14 @@ def test_option1_control_variate_is_gradient_at_server_model(tmp_path):
         for k, t in loop.local.items():
             t.copy_(x0[k])
     for cid in sampled:
-        want = loop._gradient(loop.data.extra_batch(cid, 0, loop.device))
+        want = loop.services.gradient(loop.data.extra_batch(cid, 0, loop.device))
         got = loop.store.get(cid)
         for n, g in want.items():
             torch.testing.assert_close(got[f"correction/c_i/{n}"], g, rtol=1e-5, atol=1e-7)
     # server c = (1/n) sum of the sampled clients' c_i (all started at 0)
     from fl_lightning.strategies.parts import ScaffoldCorrection
 
-    corr = loop.strategy.part(ScaffoldCorrection)
+    corr = next(p for p in loop.strategy.parts if isinstance(p, ScaffoldCorrection))
     for n, c in corr.c.items():
         expect = sum(loop.store.get(cid)[f"correction/c_i/{n}"] for cid in sampled) / loop.n
         torch.testing.assert_close(c, expect, rtol=1e-5, atol=1e-7)

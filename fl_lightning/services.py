@@ -1,0 +1,77 @@
+"""LoopServices: what the loop computes for a part on request, and nothing more of the loop.
+
+A part's hooks get a :class:`~fl_lightning.strategies.base.ClientContext` whose ``services`` is this object (the
+:class:`~fl_lightning.strategies.base.ClientServices` protocol): gradients at other weights or on another batch,
+Hessian-vector products, a client's extra minibatch gradient and generators seeded by (seed, purpose, client,
+round). It holds the module, its trainable parameters, Fabric (precision and backward) and the data, never the
+loop, so a part cannot reach the loop's rounds, store or checkpoints (docs/design.md).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import seeding
+
+
+class LoopServices:
+    def __init__(self, fabric, module, params: dict[str, torch.nn.Parameter], data, seed: int):
+        self.fabric, self.module, self.params, self.data, self.seed = fabric, module, params, data, seed
+        self.device = fabric.device
+        self.param_dtype = next(iter(params.values())).dtype
+
+    def cast_floats(self, batch: dict) -> dict:
+        """Float inputs in the parameters' dtype (needed under the "-true" precisions; a no-op otherwise)."""
+        dtype = self.param_dtype
+        return {k: (v.to(dtype) if v.is_floating_point() and v.dtype != dtype else v) for k, v in batch.items()}
+
+    def loss(self, batch: dict, loss_fn=None) -> Tensor:
+        with self.fabric.autocast():
+            batch = self.cast_floats(batch)
+            return loss_fn(self.module, batch) if loss_fn is not None else self.module.training_step(batch, 0)
+
+    def gradient(self, batch: dict, loss_fn=None) -> dict[str, Tensor]:
+        """Gradient of the loss on ``batch`` at the module's current weights; leaves ``p.grad`` as it was."""
+        saved = {n: p.grad for n, p in self.params.items()}
+        was_training = self.module.training
+        self.module.train()
+        for p in self.params.values():
+            p.grad = None
+        self.fabric.backward(self.loss(batch, loss_fn))
+        grads = {n: (p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)) for n, p in self.params.items()}
+        for n, p in self.params.items():
+            p.grad = saved[n]
+        self.module.train(was_training)
+        return grads
+
+    def gradient_at(self, weights: dict[str, Tensor] | None, batch: dict, loss_fn=None) -> dict[str, Tensor]:
+        """See :meth:`ClientContext.gradient_at`: swap ``weights`` in, take the gradient, swap the current ones back."""
+        if not weights:
+            return self.gradient(batch, loss_fn)
+        current = {n: self.params[n].detach().clone() for n in weights}
+        with torch.no_grad():
+            for n, w in weights.items():
+                self.params[n].copy_(w)
+        try:
+            return self.gradient(batch, loss_fn)
+        finally:
+            with torch.no_grad():
+                for n, w in current.items():
+                    self.params[n].copy_(w)
+
+    def hvp(self, vector: dict[str, Tensor], batch: dict, loss_fn=None) -> dict[str, Tensor]:
+        """See :meth:`ClientContext.hvp` (double backward through the loss's graph)."""
+        names = list(self.params)
+        params = [self.params[n] for n in names]
+        grads = torch.autograd.grad(self.loss(batch, loss_fn), params, create_graph=True, allow_unused=True)
+        dot = sum((g * vector[n].to(g.dtype)).sum() for n, g in zip(names, grads) if g is not None and n in vector)
+        hv = torch.autograd.grad(dot, params, allow_unused=True)
+        return {n: (h.detach() if h is not None else torch.zeros_like(p)) for n, p, h in zip(names, params, hv)}
+
+    def extra_gradient(self, cid: int, r: int) -> dict[str, Tensor]:
+        """The gradient at the current weights on a fresh minibatch of client ``cid`` (its (seed, client, round)
+        extra stream)."""
+        return self.gradient(self.data.extra_batch(cid, r, self.device))
+
+    def client_rng(self, purpose: str, cid: int, r: int) -> torch.Generator:
+        return seeding.generator(self.seed, seeding.CLIENT_PART, seeding.purpose_id(purpose), cid, r, device=self.device)
