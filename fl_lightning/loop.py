@@ -218,6 +218,7 @@ class FederatedLoop:
             progress.start_round(r, len(mine))
         for cid in mine:
             msgs, loss = self.train_client(cid, r, received, lr_f)
+            self.recorder.client_done()
             up_bits += sum(m.bits() for m in msgs.values())
             loss_total += loss
             agg.add(msgs)

@@ -13,11 +13,13 @@ mlflow``; none by default: this file is the rows' one copy).
 best values, the final value of every other metric, and every total. The recorder is stateful (rows, counters,
 wall time), so a resumed run continues the same files.
 
-Two wall-clock stamps (``time.time()``, seconds since the epoch) let a parent process time this one from outside
+Wall-clock stamps (``time.time()``, seconds since the epoch) let a parent process time this one from outside
 (``tools/bench_w2.py``): ``loop_start_unix``, when this invocation's round loop began (after the imports, the data,
-the model, Fabric and the strategy's set-up), and ``round_end_unix``, one per round this invocation ran, taken after
-the round's training and server update (before its evaluation and checkpoint). A parent subtracts its own
-``time.time()`` at spawn to get the start-up; both are this invocation's only (a resumed run restamps them).
+the model, Fabric and the strategy's set-up); ``first_client_unix``, when this process finished its first client's
+local training (its first optimizer steps, with whatever they load on first use); and ``round_end_unix``, one per
+round this invocation ran, taken after the round's training and server update (before its evaluation and
+checkpoint). A parent subtracts its own ``time.time()`` at spawn to get the start-up; all are this invocation's only
+(a resumed run restamps them).
 """
 from __future__ import annotations
 
@@ -44,12 +46,18 @@ class RunRecorder:
         self.wall_before = 0.0
         self._t0 = time.perf_counter()
         self.loop_start_unix: float | None = None
+        self.first_client_unix: float | None = None
         self.round_end_unix: list[float] = []
 
     # ------------------------------------------------------------------ during the run
     def start_clock(self) -> None:
         self._t0 = time.perf_counter()
         self.loop_start_unix = time.time()
+
+    def client_done(self) -> None:
+        """A client's local training is done (the first one of this invocation: ``first_client_unix``)."""
+        if self.first_client_unix is None:
+            self.first_client_unix = time.time()
 
     def stamp_round(self) -> None:
         """A round's training and server update are done (``round_end_unix``)."""
@@ -114,7 +122,8 @@ class RunRecorder:
                 finals[f"final_{col}"] = self.last(col)
         s = {**self.info, **extra, "primary_metric": name, "primary_mode": mode, "final": self.last(name),
              "best": best, f"best_{name}": best, **finals, **self.totals, **self._mb(), "wall_s": round(self.wall(), 2),
-             "loop_start_unix": self.loop_start_unix, "round_end_unix": self.round_end_unix}
+             "loop_start_unix": self.loop_start_unix, "first_client_unix": self.first_client_unix,
+             "round_end_unix": self.round_end_unix}
         if self.rank == 0:
             with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
                 json.dump(s, f, indent=2)

@@ -20,7 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GOLDEN = os.path.join(ROOT, "tests", "fidelity", "golden.json")
 ROUNDS = 2
 OVERRIDES = [f"fl.rounds={ROUNDS}", "trainer.threads=1", "trainer.progress=false", "trainer.accelerator=cpu"]
-SKIP_SUMMARY = {"wall_s", "run_dir", "config_hash", "loop_start_unix", "round_end_unix"}  # where, when, how long
+SKIP_SUMMARY = {"wall_s", "run_dir", "config_hash", "loop_start_unix", "first_client_unix",
+                "round_end_unix"}  # where, when, how long
 
 
 def methods() -> list[str]:

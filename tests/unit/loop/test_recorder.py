@@ -47,8 +47,8 @@ def test_classifier_summary_declares_accuracy(tmp_path):
 
 
 def test_summary_stamps_the_loop_start_and_each_round_end(tmp_path):
-    """``loop_start_unix`` and one ``round_end_unix`` per round, wall-clock and in order (tools/bench_w2.py times
-    the start-up from them)."""
+    """``loop_start_unix``, ``first_client_unix`` and one ``round_end_unix`` per round, wall-clock and in order
+    (tools/bench_w2.py times the start-up from them)."""
     import time
 
     before = time.time()
@@ -56,6 +56,7 @@ def test_summary_stamps_the_loop_start_and_each_round_end(tmp_path):
     s = loop.run()
     on_disk = json.loads((tmp_path / "summary.json").read_text())
     assert on_disk["loop_start_unix"] == s["loop_start_unix"] and len(on_disk["round_end_unix"]) == 3
+    assert s["loop_start_unix"] <= s["first_client_unix"] <= s["round_end_unix"][0]
     stamps = [s["loop_start_unix"], *s["round_end_unix"]]
     assert before <= stamps[0] and stamps == sorted(stamps) and stamps[-1] <= time.time()
 
