@@ -21,14 +21,12 @@ from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .errors import ConfigError
 from .recorder import RunRecorder
+from .schema import not_result_keys
 
 log = logging.getLogger("fl_lightning")
 
-# keys that do not change results: where output goes, how it is shown, how often it is saved, how it is resumed,
-# and the process count (which changes only the float summation order)
-_NOT_RESULT = {"resume", "force_resume", "stop_after_rounds", "overwrite", "run_dir", "checkpoint", "store", "hydra",
-               "progress", "logger", "label", "paper", "objective"}
-_NOT_RESULT_TRAINER = {"devices", "num_nodes", "strategy", "progress", "threads", "timeout_s", "requeue"}
+# config groups that do not change results (the schema's keys say so themselves: schema.not_result_keys)
+_NOT_RESULT_GROUPS = ("hydra", "logger")
 
 
 def validate(cfg: DictConfig) -> None:
@@ -61,11 +59,17 @@ def validate(cfg: DictConfig) -> None:
 def _result_view(cfg: DictConfig) -> dict:
     """The part of the config that changes results (what a resumed run must share with the one it continues)."""
     c = OmegaConf.to_container(cfg, resolve=True)
-    c = {k: v for k, v in c.items() if k not in _NOT_RESULT and not (k == "server_opt" and v is None)}
-    c["trainer"] = {k: v for k, v in c.get("trainer", {}).items() if k not in _NOT_RESULT_TRAINER}
+    c = {k: v for k, v in c.items() if k not in _NOT_RESULT_GROUPS and not (k == "server_opt" and v is None)}
+    for name in not_result_keys():
+        group, _, leaf = name.rpartition(".")
+        node = c.get(group) if group else c
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+            if group and not node and group != "trainer":  # a group of keys that all leave results alone
+                del c[group]
+    c.setdefault("trainer", {})  # the hash of every checkpoint written so far has it
     if c.get("fl", {}).get("lr_schedule", "constant") == "constant":  # R matters only through the schedule
         c["fl"] = {k: v for k, v in c["fl"].items() if k != "rounds"}
-    c.get("fl", {}).pop("eval_every", None)
     if not (c.get("data") or {}).get("val_fraction"):  # 0: no validation set (as before the key existed)
         (c.get("data") or {}).pop("val_fraction", None)
     return c

@@ -59,11 +59,13 @@ Betas = Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)]
 
 
 def key(default, help: str, kind: str, low=None, high=None, words=(), choices=(), nullable=False,  # noqa: A002
-        example: str = ""):
+        example: str = "", result: bool = True):
     """A schema field: ``kind`` int | float | bool | str | path; ``low``/``high`` inclusive bounds; ``words`` accepted
-    besides numbers (``auto``); ``choices`` the only accepted strings; ``nullable`` accepts null."""
+    besides numbers (``auto``); ``choices`` the only accepted strings; ``nullable`` accepts null; ``result``: whether
+    the key changes what a run computes (False: where output goes, how it is shown, saved, resumed or spread over
+    processes; :func:`not_result_keys`)."""
     meta = dict(help=help, kind=kind, low=low, high=high, words=tuple(words), choices=tuple(choices),
-                nullable=nullable, example=example or str(default))
+                nullable=nullable, example=example or str(default), result=result)
     return field(default=default, metadata=meta)
 
 
@@ -80,7 +82,7 @@ class FL:
                                      nullable=True)
     local_epochs: Optional[int] = key(None, "E local epochs per round instead of K steps", "int", 1, 10**6,
                                       nullable=True, example="1")
-    eval_every: int = key(1, "evaluate the global model every N rounds (and after the last)", "int", 1, 10**9)
+    eval_every: int = key(1, "evaluate the global model every N rounds (and after the last)", "int", 1, 10**9, result=False)
     lr_schedule: str = key("constant", "learning-rate schedule over rounds", "str", choices=("constant", "cosine"))
     lr_min_factor: float = key(0.0, "the cosine schedule's final lr as a fraction of the initial", "float", 0.0, 1.0)
     warmup_rounds: int = key(0, "rounds of linear lr warm-up (fewer than fl.rounds)", "int", 0, 10**9)
@@ -92,18 +94,18 @@ class Trainer:
 
     accelerator: str = key("auto", "device kind", "str", choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu"))
     devices: Any = key(1, "processes per node; clients are split across them, uploads all-reduced", "int", 1, 4096,
-                       words=("auto",))
-    num_nodes: int = key(1, "nodes", "int", 1, 4096)
-    strategy: str = key("auto", "Fabric strategy (ddp when trainer.devices > 1)", "str")
+                       words=("auto",), result=False)
+    num_nodes: int = key(1, "nodes", "int", 1, 4096, result=False)
+    strategy: str = key("auto", "Fabric strategy (ddp when trainer.devices > 1)", "str", result=False)
     precision: str = key("32-true", "numeric precision", "str",
                          choices=("32-true", "32", "64-true", "bf16-mixed", "bf16-true", "16-true", "16-mixed"))
-    progress: bool = key(True, "a progress bar on the terminal", "bool")
+    progress: bool = key(True, "a progress bar on the terminal", "bool", result=False)
     requeue: bool = key(True, "under Slurm, a SIGUSR1 stop (checkpoint after the round) requeues the job "
-                              "(scontrol requeue; resume=auto continues it)", "bool")
+                              "(scontrol requeue; resume=auto continues it)", "bool", result=False)
     threads: Any = key("auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)",
-                       "int", 1, 4096, words=("auto",))
+                       "int", 1, 4096, words=("auto",), result=False)
     timeout_s: int = key(300, "seconds a process waits for the others (start-up, each collective) before it stops "
-                              "with one line naming the rank that is gone (torch's default: 1800)", "int", 5, 86400)
+                              "with one line naming the rank that is gone (torch's default: 1800)", "int", 5, 86400, result=False)
 
 
 @dataclass
@@ -111,12 +113,12 @@ class Checkpoint:
     """When and how checkpoints are written (never what a run computes)."""
 
     every: int = key(1, "rounds between checkpoints (one is always written at the end and on SIGINT/SIGTERM/"
-                        "SIGUSR1)", "int", 1, 10**9)
-    keep_last: int = key(2, "checkpoints kept", "int", 1, 10**6)
+                        "SIGUSR1)", "int", 1, 10**9, result=False)
+    keep_last: int = key(2, "checkpoints kept", "int", 1, 10**6, result=False)
     background_mb: int = key(512, "write a checkpoint behind the next round when its changed client states are at "
-                                  "most this many MB (0: before it; one process only)", "int", 0, 10**9)
+                                  "most this many MB (0: before it; one process only)", "int", 0, 10**9, result=False)
     compact: float = key(0.25, "rewrite the client states left in an older checkpoint file once at most this "
-                               "fraction of its clients is still referred to (0: never)", "float", 0.0, 1.0)
+                               "fraction of its clients is still referred to (0: never)", "float", 0.0, 1.0, result=False)
 
 
 @dataclass
@@ -124,7 +126,7 @@ class Store:
     """Where client states live between rounds."""
 
     offload_dir: Optional[str] = key(None, "put client states in safetensors files here instead of CPU memory",
-                                     "path", nullable=True, example="/scratch/clients")
+                                     "path", nullable=True, example="/scratch/clients", result=False)
 
 
 @dataclass
@@ -151,24 +153,24 @@ class Root:
     store: Store = field(default_factory=Store)
     resume: Optional[str] = key(None, "a run directory: continue from its last checkpoint (auto: this run's own "
                                 "directory if it holds one, else start fresh)", "path", nullable=True, words=("auto",),
-                                example="outputs/DATE/TIME")
-    force_resume: bool = key(False, "resume even if the result-relevant config differs", "bool")
-    overwrite: bool = key(False, "a new run into a directory holding another run's checkpoints replaces it", "bool")
+                                example="outputs/DATE/TIME", result=False)
+    force_resume: bool = key(False, "resume even if the result-relevant config differs", "bool", result=False)
+    overwrite: bool = key(False, "a new run into a directory holding another run's checkpoints replaces it", "bool", result=False)
     stop_after_rounds: Optional[int] = key(None, "run at most this many rounds now, checkpoint, exit", "int", 1, 10**9,
-                                           nullable=True, example="10")
-    run_dir: Optional[str] = key(None, "the run directory (Hydra's output directory)", "path", nullable=True)
+                                           nullable=True, example="10", result=False)
+    run_dir: Optional[str] = key(None, "the run directory (Hydra's output directory)", "path", nullable=True, result=False)
     tables: Any = key(None, "lookup tables an experiment's interpolations read (e.g. glue_lora's per-method lrs)",
                       "table", nullable=True, example="{name: value}")
     objective: Optional[str] = key(None, "the metric whose final value train.py returns to a Hydra sweeper that "
                                    "searches (hydra/sweeper=optuna), e.g. val_acc (null: the primary metric)", "str",
-                                   nullable=True, example="val_acc")
+                                   nullable=True, example="val_acc", result=False)
     label: Optional[str] = key(None, "the run's name in reports (an experiment's arm, conf/arm/, sets it)", "str",
-                               nullable=True, example="FedPAC-SOAP, beta 0.9")
+                               nullable=True, example="FedPAC-SOAP, beta 0.9", result=False)
     paper: Any = key(None, "the paper's numbers and claims for an experiment's cells, shown by fl-report beside the "
                      "rows of the runs that carry it (source, metric, key: the run metric compared, unit: '%' | "
                      "fraction | null, cells: [{KEY: VALUE, value: X}], ordering, claims; fl_lightning/report/"
                      "paper.py)", "table", nullable=True,
-                     example="{source: 'seed 002, Table 2', key: test_acc, unit: '%', cells: []}")
+                     example="{source: 'seed 002, Table 2', key: test_acc, unit: '%', cells: []}", result=False)
     # config groups: their keys are their targets' arguments (checked by instantiate) and the method's own knobs
     method: Any = None
     model: Any = None
@@ -185,10 +187,20 @@ METHOD_KEYS = {"grad_clip": key(None, "max-norm gradient clipping before each lo
 
 
 def register() -> None:
-    """Register :class:`Root` as the structured config ``fl_lightning`` (``conf/config.yaml``'s first default)."""
+    """Register :class:`Root` as the structured config ``fl_lightning`` (``conf/config.yaml``'s first default), and
+    the resolver ``${fl_not_result:EXTRA,...}`` that gives a sweep job's folder name the keys to leave out (those
+    that do not change results, and the extra names)."""
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="fl_lightning", node=Root)
+    OmegaConf.register_new_resolver("fl_not_result", lambda *extra: [*not_result_keys(), *extra], replace=True)
+
+
+def not_result_keys() -> list[str]:
+    """The schema keys that do not change what a run computes (``result=False``), by dotted name: the resume check's
+    config hash leaves them out (``build.config_hash``), the report does not tell settings apart by them, and Hydra's
+    job folder names leave them out (``conf/config.yaml``: ``${fl_not_result:}``)."""
+    return [name for name, f in all_keys().items() if not f.metadata["result"]]
 
 
 def fields_of(cls) -> dict[str, dataclasses.Field]:

@@ -14,13 +14,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import FLError
+from ..schema import not_result_keys
 
 # group keys that name a config group by its display name (``method.name``...), as the CLI and summaries do
 _NAMED = {"method": "method.name", "model": "model.name", "data": "data.name", "partition": "data.partition.name"}
-# keys that never tell two settings apart (where a run went, how it was run)
-_IGNORED = ("seed", "run_dir", "resume", "force_resume", "stop_after_rounds", "overwrite", "trainer.progress",
-            "trainer.threads", "trainer.devices", "trainer.num_nodes", "trainer.strategy", "checkpoint", "store",
-            "fl.eval_every", "data.eval_batch_size", "data.on_device", "tables", "logger", "label", "paper")
+# keys that never tell two settings apart: the schema's keys that leave results alone (schema.not_result_keys), the
+# seed (runs of one setting differ by it), the logger, and what only evaluation or lookups read
+_IGNORED = (*not_result_keys(), "seed", "logger", "data.eval_batch_size", "data.on_device", "tables")
 
 
 class ReportError(FLError):

@@ -130,3 +130,30 @@ def test_a_validation_objective_needs_a_split_and_a_paper_block_is_checked_befor
     with pytest.raises(ConfigError, match=r"^config error: paper\.foo: no such key; fix: use source"):
         validate(make_cfg(["+paper.foo=1"]))
     validate(make_cfg(["+paper.cells=[{method: fedavg, value: 55.2}]", "+paper.ordering=[fedavg]"]))
+
+
+def test_keys_that_leave_results_alone_are_stated_once_and_used_by_the_hash_the_report_and_hydra():
+    """``result=False`` on a schema field is the one statement: the config hash ignores the key, the report does not
+    tell settings apart by it, and a sweep job's folder name leaves it out; a result key does all three the other way."""
+    import os
+
+    from omegaconf import OmegaConf
+
+    from fl_lightning.build import config_hash
+    from fl_lightning.report.runs import _IGNORED
+    from fl_lightning.schema import all_keys, not_result_keys, register
+    from tests.helpers.cli import CONF, make_cfg
+
+    register()  # conf/config.yaml's exclude_keys call its resolver
+    quiet = not_result_keys()
+    assert {"trainer.threads", "trainer.progress", "trainer.devices", "checkpoint.every", "resume"} <= set(quiet)
+    assert not {"seed", "fl.rounds", "fl.local_steps", "trainer.precision", "data.batch_size"} & set(quiet)
+    assert all(not all_keys()[k].metadata["result"] for k in quiet)
+    exclude = OmegaConf.load(os.path.join(CONF, "config.yaml")).hydra.job.config.override_dirname.exclude_keys
+    assert set(quiet) <= set(exclude) and "experiment" in exclude and "fl.rounds" not in exclude
+    assert set(quiet) <= set(_IGNORED) and "fl.local_steps" not in _IGNORED
+    base = config_hash(make_cfg([], "r"))
+    for key, value in [("trainer.threads", "1"), ("checkpoint.every", "3"), ("fl.eval_every", "4"), ("label", "x")]:
+        assert config_hash(make_cfg([f"{key}={value}"], "r")) == base, key
+    for key, value in [("fl.local_steps", "3"), ("trainer.precision", "bf16-mixed"), ("seed", "1")]:
+        assert config_hash(make_cfg([f"{key}={value}"], "r")) != base, key

@@ -52,9 +52,11 @@ def test_requeue_outside_slurm_is_refused(tmp_path):
 def test_trainer_requeue_changes_neither_the_config_hash_nor_a_sweep_folder_name():
     from omegaconf import OmegaConf
 
+    from fl_lightning.schema import register
     from fl_lightning.build import config_hash
     from tests.helpers.cli import CONF, make_cfg
 
     assert config_hash(make_cfg(["trainer.requeue=false"], "r")) == config_hash(make_cfg([], "r"))
+    register()  # conf/config.yaml's exclude_keys call its resolver
     hydra = OmegaConf.load(os.path.join(CONF, "config.yaml")).hydra
     assert "trainer.requeue" in hydra.job.config.override_dirname.exclude_keys
