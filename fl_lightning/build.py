@@ -273,7 +273,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
     info = {"model": _display_name(cfg.model), "data": _display_name(cfg.data), **dict(data.info.provenance or ())}
     recorder = RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")), rank=rank,
                            log_fn=fabric.log_dict, info=info)
-    config = LoopConfig(**vars(OmegaConf.to_object(cfg.fl)), seed=cfg.seed, checkpoint_every=cfg.checkpoint.every,
+    config = LoopConfig(fl=OmegaConf.to_object(cfg.fl), checkpoint=OmegaConf.to_object(cfg.checkpoint), seed=int(cfg.seed),
                         **lr_keys(cfg))
     return FederatedLoop(fabric, module, data, strategy, config, run_dir, store=store,
                          checkpointer=checkpointer, recorder=recorder)

@@ -31,7 +31,7 @@ from .errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested 
 from .progress import RoundProgress
 from .recorder import RunRecorder
 from .schedule import lr_factor
-from .schema import FL
+from .schema import FL, Checkpoint
 from .services import LoopServices
 from .strategies.base import MODEL_KEY, Aggregate, ClientContext, ServerContext, Strategy
 
@@ -39,14 +39,17 @@ log = logging.getLogger("fl_lightning")
 
 
 @dataclass
-class LoopConfig(FL):
-    """What the loop needs to know: the schema's ``fl`` group (:class:`fl_lightning.schema.FL`, typed and checked)
-    plus the seed and the checkpoint cadence; ``build`` fills it from the composed config."""
+class LoopConfig:
+    """What the loop needs to know, every value typed and checked by the schema (no default is stated here): the
+    ``fl`` and ``checkpoint`` groups (:class:`fl_lightning.schema.FL`, :class:`~fl_lightning.schema.Checkpoint`),
+    the seed, and the keys a user types for the clients' and the server's learning rate (a diverging run's message
+    names the one that grew the loss; ``build.lr_keys`` finds them)."""
 
-    seed: int = 0
-    checkpoint_every: int = 1
-    client_lr_key: str | None = "method.lr"  # the keys a user types for the clients' and the server's learning rate:
-    server_lr_key: str | None = None  # a diverging run's message names the one that grew the loss
+    fl: FL
+    checkpoint: Checkpoint
+    seed: int
+    client_lr_key: str | None
+    server_lr_key: str | None
 
 
 def assign_clients(work: list[float], world: int, clients=None, pinned=None) -> dict[int, int] | list[int]:
@@ -72,7 +75,8 @@ class FederatedLoop:
                  recorder: RunRecorder | None = None):
         self.fabric, self.module, self.data, self.strategy, self.config = fabric, module, data, strategy, config
         self.run_dir = run_dir
-        self.n, self.S, self.R = config.num_clients, config.clients_per_round, config.rounds
+        self.fl = config.fl
+        self.n, self.S, self.R = config.fl.num_clients, config.fl.clients_per_round, config.fl.rounds
         self.seed = config.seed
         self.rank, self.world = fabric.global_rank, fabric.world_size
         self.device = fabric.device
@@ -86,7 +90,7 @@ class FederatedLoop:
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
         self.services = LoopServices(fabric, module, self.params, data, self.seed)  # what parts may ask of the loop
         self.global_params: dict[str, Tensor] = {k: v.detach().clone() for k, v in self.local.items()}
-        self.work = [float(data.steps_per_round(c, config.local_steps, config.local_epochs)) for c in range(self.n)]
+        self.work = [float(data.steps_per_round(c, self.fl.local_steps, self.fl.local_epochs)) for c in range(self.n)]
         # home processes (balanced over all clients): who sets up clients' states and hands idle clients to the strategy
         self.owner = assign_clients(self.work, self.world)
         self.owned = [c for c in range(self.n) if self.owner[c] == self.rank]
@@ -128,22 +132,21 @@ class FederatedLoop:
         return self.services.gradient(self.data.probe_batch(cid, self.device))
 
     def lr_factor(self, r: int) -> float:
-        c = self.config
+        c = self.fl
         return lr_factor(r, self.R, c.lr_schedule, c.lr_min_factor, c.warmup_rounds)
 
     def server_context(self) -> ServerContext:
-        c = self.config
         return ServerContext(
             module=self.module, global_params=self.global_params, trainable=self.trainable, num_clients=self.n,
             clients_per_round=self.S, rounds=self.R, device=self.device,
             client_num_samples=[self.data.num_samples(i) for i in range(self.n)], owned_clients=self.owned,
             store=self.store, probe_gradient=self._probe_gradient, all_reduce_sum=self._all_reduce,
-            lr_factor=self.lr_factor, local_steps=int(c.local_steps) if c.local_steps else None,
+            lr_factor=self.lr_factor, local_steps=self.fl.local_steps,
         )
 
     # ------------------------------------------------------------------ one client
     def train_client(self, cid: int, r: int, received: dict[str, Tensor], lr_f: float) -> tuple[dict, float]:
-        c = self.config
+        c = self.fl
         self._load_global_into_module()
         torch.manual_seed(seeding.derive(self.seed, seeding.CLIENT_TORCH, cid, r))  # dropout etc.: (seed, client, round)
         client = ClientContext(
@@ -346,7 +349,7 @@ class FederatedLoop:
         return signum
 
     def run(self, stop_after_rounds: int | None = None, progress_enabled: bool = True) -> dict:
-        every = self.config.checkpoint_every
+        every = self.config.checkpoint.every
         self._first_round = self.round
         self.recorder.start_clock()
         old = {s: signal.getsignal(s) for s in signals.SIGNALS}
@@ -364,7 +367,7 @@ class FederatedLoop:
                     metrics = self.run_round(r, progress)
                     self.recorder.stamp_round()
                     self.round = r + 1
-                    evaluated = self.round % self.config.eval_every == 0 or self.round == self.R
+                    evaluated = self.round % self.fl.eval_every == 0 or self.round == self.R
                     if evaluated:
                         metrics.update(self.evaluate())
                     row = self.recorder.record(self.round, metrics, keep=evaluated)

@@ -92,7 +92,7 @@ def centralized(overrides, tmp_path, make_optimizer):
     loop = build_loop(["method=fedavg", *ONE, *overrides], tmp_path)
     module = loop.module
     opt = make_optimizer(module)
-    for r in range(loop.config.rounds):
+    for r in range(loop.R):
         for batch in loop.data.client_batches(0, r, loop.device, local_steps=1):
             opt.zero_grad()
             module.training_step(loop.services.cast_floats(batch), 0).backward()

@@ -96,9 +96,12 @@ def make_loop(strategy, module: nn.Module, data: FakeData, run_dir: str, *, num_
     from lightning.fabric import Fabric
 
     from fl_lightning.loop import FederatedLoop, LoopConfig
+    from fl_lightning.schema import FL, Checkpoint
 
-    config = LoopConfig(num_clients=num_clients, clients_per_round=per_round, rounds=rounds, local_steps=local_steps,
-                        eval_every=eval_every, seed=seed, lr_schedule=lr_schedule, checkpoint_every=10**6)
+    fl = FL(num_clients=num_clients, clients_per_round=per_round, rounds=rounds, local_steps=local_steps,
+            eval_every=eval_every, lr_schedule=lr_schedule)
+    config = LoopConfig(fl=fl, checkpoint=Checkpoint(every=10**6), seed=seed, client_lr_key="method.lr",
+                        server_lr_key=None)
     os.makedirs(run_dir, exist_ok=True)
     fabric = Fabric(accelerator="cpu", devices=1, loggers=[])
     return FederatedLoop(fabric, module, data, strategy, config, str(run_dir))
