@@ -21,7 +21,7 @@ from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .errors import ConfigError
 from .recorder import RunRecorder
-from .schema import not_result_keys
+from .schema import check_value, not_result_keys, rules
 
 log = logging.getLogger("fl_lightning")
 
@@ -29,14 +29,16 @@ log = logging.getLogger("fl_lightning")
 _NOT_RESULT_GROUPS = ("hydra", "logger")
 
 
-def validate(cfg: DictConfig) -> None:
-    """The schema's checks and rules (:func:`fl_lightning.schema.check`), the ``_target_`` nodes' keys against their
-    constructors (:func:`fl_lightning.config.check_targets`), then what needs torch: a GPU asked for is there."""
+def validate(cfg: DictConfig, checked: bool = False) -> None:
+    """The schema's checks and rules (:func:`fl_lightning.schema.check`; ``checked``: the CLI ran them already, before
+    torch was imported), the ``_target_`` nodes' keys against their constructors
+    (:func:`fl_lightning.config.check_targets`), then what needs torch: a GPU asked for is there."""
     from .config import check_targets
     from .data import FEDERATION_KEYS
     from .schema import check
 
-    check(cfg)
+    if not checked:
+        check(cfg)
     check_targets(cfg, groups=("method", "model", "data", "optimizer", "server_opt", "logger"),
                   drop={"data": FEDERATION_KEYS})
     if cfg.get("paper") is not None:  # the report reads it after the runs: a malformed block is refused before them
@@ -99,7 +101,6 @@ def apply_threads(cfg: DictConfig, num_params: int | None = None) -> int:
     :func:`fl_lightning.threads.auto_threads` (the CPUs this process may use over ``trainer.devices``, or
     ``OMP_NUM_THREADS``). Idle OpenMP threads sleep instead of spinning (:func:`fl_lightning.threads.passive_wait`,
     set by train.py before torch loads), so the default stays fast on a busy machine (docs/benchmarks.md)."""
-    from .schema import check_value
     from .threads import auto_threads
 
     t = cfg.trainer.threads
@@ -224,14 +225,15 @@ def _check_launcher(fabric) -> None:
                           "starts them from a function", "use trainer.strategy=ddp")
 
 
-def build(cfg: DictConfig, run_dir: str, fabric=None):
-    """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``)."""
+def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False):
+    """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``).
+    ``checked``: :func:`fl_lightning.schema.check` already ran on ``cfg`` (the CLI does, before torch is imported)."""
     from .data import build_federated_data
     from .loop import FederatedLoop, LoopConfig
     from .models import build_model
     from .strategies import build_strategy
 
-    validate(cfg)
+    validate(cfg, checked)
     apply_threads(cfg)
     os.makedirs(run_dir, exist_ok=True)
     if fabric is None:
@@ -251,7 +253,8 @@ def build(cfg: DictConfig, run_dir: str, fabric=None):
     if auto:  # the partition decided (one client per natural group): record it and check what depends on it
         with open_dict(cfg):
             cfg.fl.num_clients = data.num_clients
-        validate(cfg)
+        check_value("fl.num_clients", data.num_clients)
+        rules(cfg)
     if fabric.global_rank == 0:
         log.info("data %s: %s", cfg.data.get("name"), data.stats.summary())
     check_model_memory(cfg, data.info, fabric.device)

@@ -471,7 +471,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     try:
         from .schema import check
 
-        check(cfg, _task_overrides())  # every schema key and rule, before torch is imported
+        check(cfg, _task_overrides())  # every schema key and rule, before torch is imported (once: see build)
         from .build import build
         force = flag(cfg, "force_resume")
         if resume:
@@ -485,7 +485,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
 
         set_enabled(flag(cfg, "trainer.progress", default=True))  # also for what runs before the loop (pre-training)
         peers.set_run(run_dir, lambda: loop and loop.checkpointer.last, lambda: loop and loop.round + 1)
-        loop = build(cfg, run_dir)
+        loop = build(cfg, run_dir, checked=not resume)  # check() ran above (a resumed config: on the saved one)
         signals.set_phase("restoring the checkpoint" if resume else "setting up the strategy")
         loop.setup(resume=resume, force=force)
         if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone
