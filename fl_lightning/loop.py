@@ -145,7 +145,9 @@ class FederatedLoop:
         )
 
     # ------------------------------------------------------------------ one client
-    def train_client(self, cid: int, r: int, received: dict[str, Tensor], lr_f: float) -> tuple[dict, float]:
+    def start_client(self, cid: int, r: int, received: dict[str, Tensor], lr_f: float) -> ClientContext:
+        """Client ``cid``'s round begins: the global state in the module, its private state checked out, its
+        optimizer and the parts' per-client state built (``client_start``), torch's generator seeded."""
         c = self.fl
         self._load_global_into_module()
         torch.manual_seed(seeding.derive(self.seed, seeding.CLIENT_TORCH, cid, r))  # dropout etc.: (seed, client, round)
@@ -157,24 +159,34 @@ class FederatedLoop:
         )
         self.strategy.client_start(client)
         self.module.train()
+        return client
+
+    def local_step(self, client: ClientContext, batch: dict, k: int) -> Tensor:
+        """One local step: forward, backward, the parts' ``after_backward``, clipping (``method.grad_clip``), the
+        optimizer's step and the parts' ``after_step``. Returns the step's loss (detached, on the device)."""
+        with self.fabric.autocast():
+            loss = self.module.training_step(batch, k)
+        self.fabric.backward(loss)
+        client.batch, client.loss = batch, loss.detach()
+        self.strategy.after_backward(client)
         clip = self.strategy.grad_clip
+        if clip:
+            torch.nn.utils.clip_grad_norm_(list(self.params.values()), float(clip))
+        client.optimizer.step()
+        client.step += 1
+        self.strategy.after_step(client)
+        client.optimizer.zero_grad(set_to_none=True)
+        return client.loss
+
+    def train_client(self, cid: int, r: int, received: dict[str, Tensor], lr_f: float) -> tuple[dict, float]:
+        c = self.fl
+        client = self.start_client(cid, r, received, lr_f)
         loss_sum = torch.zeros((), device=self.device)
         for k, batch in enumerate(self.data.client_batches(cid, r, self.device, c.local_steps, c.local_epochs)):
-            batch = self.services.cast_floats(batch)
-            with self.fabric.autocast():
-                loss = self.module.training_step(batch, k)
-            self.fabric.backward(loss)
-            client.batch, client.loss = batch, loss.detach()
+            loss = self.local_step(client, self.services.cast_floats(batch), k)
             if k == 0:
-                first_loss = client.loss  # at the model the client received (read only if the loss diverges)
-            self.strategy.after_backward(client)
-            if clip:
-                torch.nn.utils.clip_grad_norm_(list(self.params.values()), float(clip))
-            client.optimizer.step()
-            client.step += 1
-            self.strategy.after_step(client)
-            client.optimizer.zero_grad(set_to_none=True)
-            loss_sum += loss.detach().float()
+                first_loss = loss  # at the model the client received (read only if the loss diverges)
+            loss_sum += loss.float()
         mean_loss = float(loss_sum) / max(1, client.step)
         if not math.isfinite(mean_loss):
             raise NonFiniteLossError(self._divergence(r, cid, mean_loss, float(first_loss)))

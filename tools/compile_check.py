@@ -1,0 +1,108 @@
+"""Which methods' local step ``torch.compile`` captures whole, and where the others break.
+
+For each method yaml (all of ``conf/method/`` by default), one client of the default digits run takes its first local
+step (:meth:`fl_lightning.loop.FederatedLoop.local_step`: forward, backward, the parts' hooks, clipping, the
+optimizer step) under ``torch._dynamo.explain``, which traces it as ``torch.compile`` would and lists the graphs
+and the graph breaks with their reasons. Tracing only (no code generation), so it runs on a CPU in seconds per
+method. ``--trace-backward`` sets ``torch._dynamo.config.trace_autograd_ops`` (torch 2.14: ``Tensor.backward()``
+inside the graph instead of a break).
+
+    python tools/compile_check.py                      # every method, a markdown table on stdout
+    python tools/compile_check.py fedavg fedmuon --trace-backward
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import tempfile
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+FAST = ["fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=1", "fl.local_steps=2", "trainer.progress=false",
+        "trainer.accelerator=cpu", "trainer.threads=1"]
+
+
+def methods() -> list[str]:
+    return sorted(f[:-5] for f in os.listdir(os.path.join(ROOT, "conf", "method")) if f.endswith(".yaml"))
+
+
+def build_loop(method: str, run_dir: str):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
+    from fl_lightning.build import build
+    from fl_lightning.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"method={method}", *FAST])
+    with open_dict(cfg):
+        cfg.run_dir = run_dir
+    loop = build(cfg, run_dir)
+    loop.setup()
+    return loop
+
+
+def reason(text: str) -> str:
+    """The first line of a graph break's reason, without Dynamo's hints and links."""
+    first = str(text).strip().splitlines()[0]
+    return re.sub(r"\s+", " ", first)[:160]
+
+
+def check(method: str) -> dict:
+    import torch
+    import torch._dynamo as dynamo
+
+    with tempfile.TemporaryDirectory() as d:
+        loop = build_loop(method, d)
+        client = loop.start_client(0, 0, {k: m.tensor for k, m in loop.strategy.broadcast(0).items()}, 1.0)
+        batch = loop.services.cast_floats(next(iter(loop.data.client_batches(0, 0, loop.device, 2, None))))
+        dynamo.reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out = dynamo.explain(loop.local_step)(client, batch, 0)
+        torch.compiler.reset()
+    reasons = []
+    for br in out.break_reasons:
+        where = br.user_stack[-1] if br.user_stack else None
+        at = f" at {os.path.relpath(where.filename, ROOT) if where.filename.startswith(ROOT) else os.path.basename(where.filename)}:{where.lineno} ({where.name})" if where else ""
+        r = reason(br.reason) + at
+        if r not in reasons:
+            reasons.append(r)
+    return {"method": method, "graphs": out.graph_count, "breaks": out.graph_break_count, "reasons": reasons}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("methods", nargs="*", help="method names (default: every conf/method/*.yaml)")
+    ap.add_argument("--trace-backward", action="store_true", help="torch._dynamo.config.trace_autograd_ops = True")
+    args = ap.parse_args(argv)
+    import logging
+
+    import torch
+    import torch._dynamo as dynamo
+
+    logging.getLogger("fl_lightning").setLevel(logging.WARNING)
+    if args.trace_backward:
+        dynamo.config.trace_autograd_ops = True
+    print(f"torch {torch.__version__}, trace_autograd_ops={bool(args.trace_backward)}\n")
+    print("| method | graphs | graph breaks | reasons (first line each) |\n|---|---|---|---|")
+    whole = 0
+    names = args.methods or methods()
+    for m in names:
+        try:
+            r = check(m)
+        except Exception as err:  # a method the tracer cannot run at all: say so and go on
+            print(f"| {m} | — | — | tracing failed: {reason(f'{type(err).__name__}: {err}')} |", flush=True)
+            continue
+        whole += r["breaks"] == 0
+        print(f"| {m} | {r['graphs']} | {r['breaks']} | {'; '.join(r['reasons']) or 'none: one graph'} |", flush=True)
+    print(f"\n{whole} of {len(names)} methods' local step is one graph")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
