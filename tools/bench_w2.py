@@ -17,17 +17,17 @@ augmentation, 3 rounds, the test set evaluated once, after the last round.
 Each side runs in a fresh subprocess with one thread (``trainer.threads=1``; ``torch.set_num_threads(1)``), the sides
 interleaved (framework, bare, framework, bare, ...). Measured:
 
-* start-up: from spawn (this parent's ``time.time()`` just before ``subprocess.Popen``) to the moment the first round
-  begins, on the same wall clock. The framework's moment is ``loop_start_unix`` in its summary.json (the
-  ``time.time()`` at which ``FederatedLoop.run`` starts its round loop: after the config, the imports, the data set,
-  the partition, the model, Fabric and the strategy's set-up); the bare loop prints its own ``time.time()`` once its
-  data and network are ready, just before its first round. Neither side has taken an optimizer step at that moment:
-  the first step belongs to round 1 on both sides.
-* start-up to the first client: from spawn to the end of the first client's local training (its 5 steps), the
-  framework's ``first_client_unix`` and the bare loop's own stamp. This one counts on both sides what the first
-  optimizer steps load on first use: ``torch._dynamo`` (seconds on a busy 2-core machine) is imported by the bare
-  loop's first ``optimizer.step()``, but by the framework at start-up (``lightning.fabric`` imports it), so the first
-  row charges it to the framework alone and this row to both.
+* start-up: from spawn (this parent's ``time.time()`` just before ``subprocess.Popen``) to the end of the first
+  client's local training (its 5 optimizer steps), on the same wall clock: the framework's ``first_client_unix`` in
+  its summary.json, the bare loop's own ``time.time()`` printed after its first client. The first client's optimizer
+  and steps are part of the start-up on both sides because of what they load on first use: ``torch._dynamo`` is
+  imported by the bare loop's first ``torch.optim.SGD(...)`` (2.8 s on the busy 2-core machine of
+  docs/benchmarks.md), but by the framework before its loop (``lightning.fabric`` imports it at import), so a
+  start-up that ended before the first client would charge that import to the framework alone.
+* spawn -> round 1 begins: the same clock up to ``loop_start_unix`` (the ``time.time()`` at which
+  ``FederatedLoop.run`` starts its round loop: after the config, the imports, the data set, the partition, the
+  model, Fabric and the strategy's set-up) and the bare loop's stamp just before its first round (data and network
+  ready). No optimizer step has been taken on either side; shown for where the time goes.
 * round time: from one round's start to the next (the framework's ``round_end_unix``: the ``time.time()`` after each
   round's training and server update, before evaluation and the checkpoint, which fall into the next round; the bare
   loop prints the same moments). "round 1" is the first round alone; "rounds 2-R" the median of the later ones.
@@ -190,7 +190,7 @@ def run_bare(work: str) -> dict[str, float]:
     return figures(t0, t1, marks["W2_LOOP_START"][0], marks["W2_FIRST_CLIENT"][0], marks["W2_ROUND_END"])
 
 
-ROWS = [("startup", "start-up (spawn -> round 1 begins)"), ("first_client", "spawn -> first client trained"),
+ROWS = [("first_client", "start-up (spawn -> 1st client trained)"), ("startup", "spawn -> round 1 begins"),
         ("round1", "round 1"), ("rounds", "round, median of 2..R"), ("total", "end to end (spawn -> exit)")]
 
 
