@@ -16,7 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import peers, signals
-from ._compat import set_collective_timeout
+from ._compat import import_fabric, set_collective_timeout
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .errors import ConfigError
@@ -50,6 +50,7 @@ def validate(cfg: DictConfig, checked: bool = False) -> None:
         raise ConfigError("trainer.accelerator", f"{acc} asked for but no CUDA GPU is visible to this process",
                           "use trainer.accelerator=cpu (or auto)")
     if acc in ("tpu", "mps"):
+        import_fabric()
         from lightning.fabric.accelerators import MPSAccelerator, XLAAccelerator
 
         if not (XLAAccelerator if acc == "tpu" else MPSAccelerator).is_available():
@@ -155,8 +156,7 @@ def make_loggers(cfg: DictConfig) -> list:
 
 
 def make_fabric(cfg: DictConfig, run_dir: str):
-    from lightning.fabric import Fabric
-
+    Fabric = import_fabric().Fabric  # without lightning.pytorch and torchmetrics (a logger that needs them imports them)
     loggers = make_loggers(cfg)
     t = cfg.trainer
     prec = str(t.precision)

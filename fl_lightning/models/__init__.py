@@ -1,4 +1,4 @@
-"""Models: a LightningModule wrapper around a network, both chosen by the model config.
+"""Models: a wrapper module around a network, both chosen by the model config.
 
 ``conf/model/<name>.yaml`` is one node: its ``_target_`` is the wrapper (``ClassifierModule`` for the image
 models and the RNNs; ``SequenceClassifierModule`` for Hugging Face text classifiers; ``CausalLMModule`` for language
@@ -11,14 +11,26 @@ models, LLaMA; ``matrix_quadratic.MatrixQuadraticModule``, the bare matrix of se
 """
 from __future__ import annotations
 
+import importlib
+
 from ..config import instantiate
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from .causal_lm import CausalLMModule
 from .classifier import ClassifierModule, build_net
-from .sequence_classifier import SequenceClassifierModule
 
 WRAPPER_API = ("training_step", "validation_step", "compute_eval", "primary_metric")
+
+# imported when first asked for: these wrappers are LightningModules with torchmetrics metrics, and importing
+# lightning.pytorch and torchmetrics loads transformers, matplotlib and scipy (seconds of every run's start-up)
+_LAZY = {"CausalLMModule": ".causal_lm", "SequenceClassifierModule": ".sequence_classifier"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def build_model(cfg_model, info: DataInfo):
@@ -28,7 +40,7 @@ def build_model(cfg_model, info: DataInfo):
     missing = [a for a in WRAPPER_API if not hasattr(module, a)]
     if missing:
         raise ConfigError("model._target_", f"{target} returned {type(module).__name__}, which has no {', '.join(missing)}",
-                          "return a LightningModule wrapper such as fl_lightning.models.ClassifierModule (docs/extending.md)")
+                          "return a model wrapper such as fl_lightning.models.ClassifierModule (docs/extending.md)")
     pm = module.primary_metric
     if not (isinstance(pm, tuple) and len(pm) == 2 and isinstance(pm[0], str) and pm[1] in ("max", "min")):
         raise ConfigError("model._target_", f"{type(module).__name__}.primary_metric is {pm!r}",

@@ -1,24 +1,25 @@
-"""ClassifierModule: the LightningModule wrapper for classification (every model of the seeds).
+"""ClassifierModule: the model wrapper for classification (every model of the seeds).
 
-It owns the forward pass, the loss (cross-entropy) and the evaluation metrics (torchmetrics); the federated loop
-calls ``training_step`` for local steps and ``validation_step`` + ``compute_eval`` to evaluate the global model,
-and reads ``primary_metric`` to know which metric is "the" result. Optimizers are built by the federated
-strategy, not by ``configure_optimizers``.
+It owns the forward pass, the loss (cross-entropy) and the evaluation metrics (the mean test loss and the accuracy,
+:mod:`.eval_sums`: torchmetrics' arithmetic without importing torchmetrics); the federated loop calls
+``training_step`` for local steps and ``validation_step`` + ``compute_eval`` to evaluate the global model, and reads
+``primary_metric`` to know which metric is "the" result. Optimizers are built by the federated strategy, not by
+``configure_optimizers``. It is a plain ``torch.nn.Module`` with the LightningModule's step methods: the loop needs
+nothing more from it (Fabric runs it as it is), and a LightningModule base would import ``lightning.pytorch``, and
+through it torchmetrics, transformers and matplotlib, into every run (seconds of start-up; docs/benchmarks.md, W2).
 """
 from __future__ import annotations
 
 from typing import Annotated, Callable
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torchmetrics import MeanMetric
-from torchmetrics.classification import MulticlassAccuracy
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
 from ..schema import OneOf
+from .eval_sums import AccuracySum, MeanSum
 
 
 def build_net(net: nn.Module | Callable[[DataInfo], nn.Module], info: DataInfo, key: str = "net") -> nn.Module:
@@ -40,7 +41,7 @@ def build_net(net: nn.Module | Callable[[DataInfo], nn.Module], info: DataInfo, 
     return out
 
 
-class ClassifierModule(L.LightningModule):
+class ClassifierModule(nn.Module):
     """Cross-entropy classifier around ``net`` (a module, or a builder called with ``info``)."""
 
     primary_metric: tuple[str, str] = ("test_acc", "max")
@@ -53,10 +54,9 @@ class ClassifierModule(L.LightningModule):
                               "use a classification dataset or another model wrapper")
         self.net = build_net(net, info)
         self.num_classes, self.input_key = int(info.num_classes), input_key
-        self.eval_acc = MulticlassAccuracy(num_classes=self.num_classes, average="micro")
-        self.eval_loss = MeanMetric()
+        self.eval_acc, self.eval_loss = AccuracySum(), MeanSum()
 
-    # evaluation metrics are torchmetrics states, summed across processes in compute(): the loop may shard the test set
+    # evaluation sums are summed across processes in compute(): the loop may shard the test set
     syncs_eval_metrics = True
 
     def forward(self, x: Tensor) -> Tensor:
@@ -86,7 +86,8 @@ class ClassifierModule(L.LightningModule):
 
     def compute_eval(self) -> dict[str, float]:
         """Metrics over every ``validation_step`` since the last call; resets them."""
-        out = {"test_loss": float(self.eval_loss.compute()), "test_acc": float(self.eval_acc.compute())}
+        device = next(self.parameters(), torch.zeros(())).device  # where the sums live if this process saw no batch
+        out = {"test_loss": float(self.eval_loss.compute(device)), "test_acc": float(self.eval_acc.compute(device))}
         self.eval_loss.reset()
         self.eval_acc.reset()
         return out

@@ -59,3 +59,32 @@ def test_lightnings_child_observer_is_found_and_polls_through_run():
     observer = _ChildProcessObserver(main_pid=-1, child_processes=[])
     assert observer.name == _compat.OBSERVER_THREAD, f"Lightning renamed its observer thread ({VERSIONS})"
     assert "self._run()" in inspect.getsource(type(observer).run), VERSIONS
+
+
+def test_lazy_lightning_knows_every_name_of_lightnings_init():
+    """fl_lightning._compat.lazy_lightning stands in for lightning/__init__.py: it must provide the same names
+    (read from that file's ``__all__``, not imported) from the modules that define them."""
+    import ast
+    import importlib
+    import os
+
+    init = os.path.join(os.path.dirname(lightning.__spec__.origin), "__init__.py")
+    tree = ast.parse(open(init).read())
+    names = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                 and any(getattr(t, "id", None) == "__all__" for t in n.targets))
+    assert set(names) - {"__version__"} == set(_compat.LIGHTNING_NAMES), \
+        f"lightning/__init__.py exports {sorted(names)} ({VERSIONS}): update _compat.LIGHTNING_NAMES"
+    for name, module in _compat.LIGHTNING_NAMES.items():
+        assert getattr(importlib.import_module(module), name) is getattr(lightning, name), (name, VERSIONS)
+
+
+def test_fabrics_torchmetrics_flag_is_where_import_fabric_puts_it_back():
+    """import_fabric hides torchmetrics while lightning.fabric asks for its version, then sets the flag again:
+    the flag must still be that module's, computed by compare_version on torchmetrics."""
+    import inspect
+
+    from lightning.fabric.utilities import imports
+
+    assert _compat._FLAG in vars(imports), f"lightning.fabric.utilities.imports has no {_compat._FLAG} ({VERSIONS})"
+    assert f'{_compat._FLAG} = compare_version("torchmetrics"' in inspect.getsource(imports), VERSIONS
+    assert bool(getattr(imports, _compat._FLAG)), VERSIONS
