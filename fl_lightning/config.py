@@ -3,10 +3,10 @@
 Everything a user may swap (models, datasets, partitioners, strategy parts, optimizers, codecs, server
 optimizers) is built by :func:`instantiate` from a node of the composed Hydra config. A constructor or builder
 function that rejects a value raises :class:`~fl_lightning.errors.ConfigError` naming its own argument
-(``ConfigError("rule", "unknown rule 'foo'", "use mean or n_minus_s")``); :func:`instantiate` turns that into
-the full key a user types on the command line (``method.parts.aggregation.rule``), and when that value was
-interpolated from another key (``alpha: ${method.alpha}``) names that key too. Any other exception raised while
-calling a target (an unknown keyword, a wrong type) becomes a one-line :class:`ConfigError` as well, so a bad
+(``ConfigError("rule", "unknown rule 'foo'", "use one of mean, n_minus_s, majority_vote")``); :func:`instantiate`
+turns that into the full key a user types on the command line (``method.parts.aggregation.rule``), and when that
+value was interpolated from another key (``alpha: ${method.alpha}``) names that key too. Any other exception raised
+while calling a target (an unknown keyword, a wrong type) becomes a one-line :class:`ConfigError` as well, so a bad
 value anywhere in the tree is one line on the command line, never a Hydra traceback.
 """
 from __future__ import annotations
@@ -24,10 +24,12 @@ from .errors import ConfigError, FLError
 from .schema import OneOf, Range
 
 _FULL_KEY = re.compile(r"full_key: (\S+)")
+_INTERPOLATION = re.compile(r"\$\{(?:oc\.select:)?([\w.]+)(?:,.*)?\}")  # ${a.b} or ${oc.select:a.b,default} -> a.b
 
 
 def _root(node):
-    while node._get_parent() is not None:
+    """The root config of ``node`` (None stays None)."""
+    while node is not None and node._get_parent() is not None:
         node = node._get_parent()
     return node
 
@@ -44,12 +46,11 @@ def _interpolation_target(root: DictConfig, key: str) -> str | None:
             if not leaf.isdigit() or int(leaf) >= len(parent) or not OmegaConf.is_interpolation(parent, int(leaf)):
                 return None
             text = str(OmegaConf.to_container(parent, resolve=False)[int(leaf)])
-            m = re.fullmatch(r"\$\{(?:oc\.select:)?([\w.]+)(?:,.*)?\}", text.strip())
-            return m.group(1) if m else None
-        text = str(OmegaConf.to_container(parent, resolve=False)[leaf])
+        else:
+            text = str(OmegaConf.to_container(parent, resolve=False)[leaf])
     except Exception:  # not a plain node (a list index, a missing key): no source to name
         return None
-    m = re.fullmatch(r"\$\{(?:oc\.select:)?([\w.]+)(?:,.*)?\}", text.strip())
+    m = _INTERPOLATION.fullmatch(text.strip())
     return m.group(1) if m else None
 
 
@@ -248,7 +249,7 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     lists = [a for a in alts if typing.get_origin(a) in (list, tuple, collections.abc.Sequence)]
     if "str" in scalars and len(scalars) > 1 and (words or rng is not None):  # int | str with words: a number or a word
         scalars.remove("str")
-    if scalars == ["str"] and lists and words:  # str | tuple[float, ...] with words (Muon's ns_coeffs): a word or a list
+    if scalars == ["str"] and lists and words:  # str | tuple[float, ...] with words (Muon's ns_coeffs): a word or list
         scalars.remove("str")
     if len(scalars) > 1 or len(lists) > 1 or (not scalars and not lists):
         return None

@@ -25,7 +25,3 @@ class Msg:
 
     def bits(self) -> int:
         return self.nbits if self.nbits is not None else self.tensor.numel() * self.tensor.element_size() * 8
-
-    def size(self) -> float:
-        """Bytes (bits / 8; fractional for bit-level codes)."""
-        return self.bits() / 8

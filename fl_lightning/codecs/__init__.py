@@ -1,5 +1,5 @@
 """Codecs for uploads and broadcasts (one file each): what the receiver rebuilds and the exact bits that travel."""
-from .base import Codec, Dense, dense_bits
+from .base import Codec, Dense, UnbiasedCodec, dense_bits
 from .clamp import Clamp
 from .error_feedback import ErrorFeedback
 from .heavy_sign import HeavySign
@@ -12,4 +12,4 @@ from .sign_steps import SignSteps
 from .topk import TopK
 
 __all__ = ["Clamp", "Codec", "Dense", "ErrorFeedback", "HeavySign", "LionMomentum", "LowRankSVD", "Quantize", "RandK",
-           "ScaledSign", "Sign", "SignSteps", "TopK", "dense_bits"]
+           "ScaledSign", "Sign", "SignSteps", "TopK", "UnbiasedCodec", "dense_bits"]

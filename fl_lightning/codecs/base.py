@@ -23,8 +23,22 @@ from ..messages import Msg
 
 
 class Codec(Protocol):
+    """What every codec has: ``encode`` (see the module docstring). Optional members a part looks for:
+    ``omega`` (:class:`UnbiasedCodec`: unbiased compressors, read by ``Scallion``) and ``uses_client = True`` (the
+    part passes ``client=`` to ``encode``: ``SignSteps``, read by ``ModelAverage``)."""
+
     def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
                rng: Generator | None = None) -> Msg: ...
+
+
+class UnbiasedCodec(Codec, Protocol):
+    """An unbiased compressor C (E[C(v)] = v) that states its variance: :class:`Dense` (ω = 0) and
+    :class:`~fl_lightning.codecs.randk.RandK` (ω = d/k − 1). ``Scallion`` (strategies/parts/scallion.py) takes its
+    default α = 1/(1 + ω(d)) per tensor from it."""
+
+    def omega(self, d: int) -> float:
+        """The variance parameter ω of C on a tensor of d entries: E‖C(v) − v‖² ≤ ω‖v‖²."""
+        ...
 
 
 def value_bits(t: Tensor) -> int:

@@ -14,16 +14,10 @@ from __future__ import annotations
 from .base import Aggregate, ClientContext, Msg, Part, ServerContext, Strategy
 
 
-def _root_of(node):
-    while node is not None and node._get_parent() is not None:
-        node = node._get_parent()
-    return node
-
-
 def build_strategy(cfg, key: str = "method") -> Strategy:
     from omegaconf import OmegaConf
 
-    from ..config import check_parts, instantiate
+    from ..config import _root, check_parts, instantiate
     from ..errors import ConfigError
 
     check_parts(cfg, key)  # a node without a _target_ (+method.parts.nosuch.x=1): one line naming the parts
@@ -48,9 +42,8 @@ def build_strategy(cfg, key: str = "method") -> Strategy:
 
             raise qualify(ConfigError("momentum_of", f"names no part of this method ({other!r})",
                                       f"use one of {', '.join(parts)} (e.g. aggregation)"),
-                          f"{key}.parts.{name}", _root_of(cfg))
-    extra = {k: v for k, v in OmegaConf.to_container(cfg, resolve=True).items() if k not in ("name", "parts", "grad_clip")}
-    return Strategy(cfg.name, parts, grad_clip=cfg.get("grad_clip"), **extra)
+                          f"{key}.parts.{name}", _root(cfg))
+    return Strategy(cfg.name, parts, grad_clip=cfg.get("grad_clip"))
 
 
 __all__ = ["Aggregate", "ClientContext", "Msg", "Part", "ServerContext", "Strategy", "build_strategy"]

@@ -1,9 +1,10 @@
 """Strategy: a federated method as an ordered list of parts with callback hooks.
 
-The loop owns *when* things happen; a strategy owns *what* a method does at each moment (DESIGN.md). A named
-method (FedAvg, SCAFFOLD, FedMuon, ...) is a config that lists its parts, e.g. FedAvg = local optimizer + model
-averaging, SCAFFOLD = the same + control variates. Every hook of :class:`Strategy` calls the same hook of each
-part in order. The moments, in the spirit of Lightning callbacks and Flower's Strategy:
+The loop owns *when* things happen; a strategy owns *what* a method does at each moment (docs/design.md, "One
+round" and "Writing a method"). A named method (FedAvg, SCAFFOLD, FedMuon, ...) is a config that lists its parts,
+e.g. FedAvg = local optimizer + model averaging, SCAFFOLD = the same + control variates. Every hook of
+:class:`Strategy` calls the same hook of each part in order. The moments, in the spirit of Lightning callbacks
+and Flower's Strategy:
 
     setup(server)                 once, with the global parameters; create server state
     broadcast(round) -> Msgs      extra tensors every sampled client receives (the weights always travel)
@@ -223,19 +224,13 @@ class Part:
 class Strategy:
     """An ordered composition of :class:`Part` objects (see module docstring)."""
 
-    def __init__(self, name: str, parts: dict[str, Part] | Iterable[Part], grad_clip: float | None = None, **info):
+    def __init__(self, name: str, parts: dict[str, Part] | Iterable[Part], grad_clip: float | None = None):
         if isinstance(parts, dict):
             for n, p in parts.items():
                 p.name = n
             parts = list(parts.values())
-        self.name, self.parts, self.grad_clip, self.info = name, list(parts), grad_clip, info
+        self.name, self.parts, self.grad_clip = name, list(parts), grad_clip
         self.server: ServerContext | None = None
-
-    def part(self, cls: type) -> Part:
-        for p in self.parts:
-            if isinstance(p, cls):
-                return p
-        raise KeyError(f"{self.name} has no part of type {cls.__name__}")
 
     def setup(self, server: ServerContext) -> None:
         self.server = server

@@ -196,7 +196,7 @@ def test_fedmuon_bc_invariants_partial_participation(tmp_path, state):
     cfg = method_config("fedmuon_bc", [f"method.parts.local_optimizer.state={state}", "method.init=grad",
                                        "method.lr=0.02", "method.aux_lr=0.05"])
     strategy = build(cfg)
-    cv = strategy.part(LMOControlVariates)
+    cv = next(p for p in strategy.parts if isinstance(p, LMOControlVariates))
     spy = RoundStartSpy(cv.name)
     spy.name = "spy"
     strategy.parts.insert(2, spy)
@@ -313,7 +313,7 @@ def test_fedmuon_avg_one_client_is_centralized_muon_standard_order(tmp_path, ini
             opt.step()
     for n, p in net.named_parameters():
         torch.testing.assert_close(loop.global_params[f"net.{n}"], p.detach(), rtol=1e-5, atol=1e-6)
-    mom = strategy.part(OptimizerStateAverage)
+    mom = next(p for p in strategy.parts if isinstance(p, OptimizerStateAverage))
     for n, p in net.named_parameters():
         for sk, v in opt.state[p].items():
             got = mom.Mbar[f"{mom.name}/M/net.{n}/{sk}"]
@@ -357,7 +357,7 @@ def test_fedmuon_avg_one_client_is_centralized_alg1(tmp_path, init):
             adamw.step()
     for n, p in net.named_parameters():
         torch.testing.assert_close(loop.global_params[f"net.{n}"], p.detach(), rtol=1e-5, atol=1e-6)
-    mom = loop.strategy.part(OptimizerStateAverage)
+    mom = next(p for p in loop.strategy.parts if isinstance(p, OptimizerStateAverage))
     for n, p in net.named_parameters():
         if p.ndim >= 2:
             torch.testing.assert_close(mom.Mbar[f"{mom.name}/M/net.{n}/momentum_buffer"], M[p], rtol=1e-5, atol=1e-6)

@@ -175,7 +175,8 @@ class DGSpy(Part):
         self.strategy, self.DG = strategy, {}
 
     def broadcast(self, r):
-        self.DG[r] = {n: t.clone() for n, t in self.strategy.part(GlobalAlignment).DG.items()}
+        alignment = next(p for p in self.strategy.parts if isinstance(p, GlobalAlignment))
+        self.DG[r] = {n: t.clone() for n, t in alignment.DG.items()}
         return {}
 
 
@@ -269,7 +270,7 @@ def test_sophia_warm_start_share_is_beta2_to_the_n(tmp_path):
                          tmp_path / str(delta), num_clients=N, per_round=S, rounds=2, local_steps=k)
         loop.setup()
         loop.run(stop_after_rounds=1, progress_enabled=False)
-        avg = strategy.part(OptimizerStateAverage)
+        avg = next(p for p in strategy.parts if isinstance(p, OptimizerStateAverage))
         for key in avg.Mbar:
             avg.Mbar[key] = avg.Mbar[key] + delta
         loop.run(progress_enabled=False)

@@ -289,7 +289,8 @@ def test_scaffold_option2_and_the_released_codes_inert_correction(tmp_path, appl
     follow(loop, lambda: xs)
     from fl_lightning.strategies.parts import ScaffoldCorrection
 
-    torch.testing.assert_close(loop.strategy.part(ScaffoldCorrection).c["net.w"], c, rtol=1e-12, atol=1e-12)
+    corr = next(p for p in loop.strategy.parts if isinstance(p, ScaffoldCorrection))
+    torch.testing.assert_close(corr.c["net.w"], c, rtol=1e-12, atol=1e-12)
     assert c.abs().max() > 1e-2
     if not applied:  # the model moves as plain uniform FedAvg
         x = X0.clone()

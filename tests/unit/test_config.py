@@ -75,7 +75,8 @@ def test_a_label_that_disagrees_with_its_target_is_refused():
 
 def test_parts_receive_ready_factories():
     strategy = build(method_config("fedavg"))
-    lo = strategy.part(LocalOptimizer)
+    lo = strategy.optimizer_part()
+    assert isinstance(lo, LocalOptimizer)
     opt = lo.factory([torch.nn.Parameter(torch.zeros(2))])
     assert type(opt) is torch.optim.SGD and opt.param_groups[0]["lr"] == 0.05
 
@@ -84,7 +85,7 @@ def test_parts_receive_ready_factories():
 def test_optimizer_group_swaps_the_local_optimizer(optimizer, cls):
     """`python train.py method=fedavg optimizer=adamw`: the method keeps its lr, the optimizer group its class."""
     strategy = build(method_config("fedavg", [f"optimizer={optimizer}", "method.lr=0.01"]))
-    opt = strategy.part(LocalOptimizer).factory([torch.nn.Parameter(torch.zeros(2))])
+    opt = strategy.optimizer_part().factory([torch.nn.Parameter(torch.zeros(2))])
     assert type(opt) is cls and opt.param_groups[0]["lr"] == 0.01
 
 
@@ -95,7 +96,7 @@ def test_each_muon_method_uses_its_papers_muon():
               "fedmuon_avg": ("ema", False, "muon", "adamw"), "fedmuon": ("ema_beta", True, "muon", "adamw"),
               "local_muon_reset": ("ema_beta", True, "muon", "adamw")}
     for name, (style, nesterov, coeffs, aux) in expect.items():
-        opt = build(method_config(name)).part(LocalOptimizer).factory([torch.nn.Parameter(torch.zeros(3, 3))])
+        opt = build(method_config(name)).optimizer_part().factory([torch.nn.Parameter(torch.zeros(3, 3))])
         assert isinstance(opt, Muon)
         g = opt.param_groups[0]
         assert (g["momentum_style"], g["nesterov"], g["ns_coeffs"], g["aux"]) == (style, nesterov, coeffs, aux), name

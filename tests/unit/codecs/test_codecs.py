@@ -17,7 +17,7 @@ V = torch.tensor([[0.5, -2.0, 0.0], [3.0, -0.25, 1.0]])
 
 def test_dense_is_identity_and_counts_element_bits():
     m = Dense().encode("k", V)
-    assert torch.equal(m.tensor, V) and m.nbits == 6 * 32 and m.size() == 24
+    assert torch.equal(m.tensor, V) and m.nbits == 6 * 32 and m.bits() == 6 * 32
     assert Dense().encode("k", V.double()).nbits == 6 * 64
 
 
