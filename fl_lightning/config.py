@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError, FLError
-from .schema import OneOf, Range
+from .ranges import OneOf, Range
 
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _INTERPOLATION = re.compile(r"\$\{(?:oc\.select:)?([\w.]+)(?:,.*)?\}")  # ${a.b} or ${oc.select:a.b,default} -> a.b
@@ -217,8 +217,8 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     """What :func:`check_targets` checks of an argument from its type hint: the schema's field metadata (kind, range,
     choices, nullable; :func:`fl_lightning.schema.problem`), plus for a list argument ``items`` (the metadata of one
     item), ``length`` (a ``tuple[float, float]``'s 2) and ``scalar`` (``int | list[int]``: one value accepted too).
-    The range comes from ``typing.Annotated`` markers (:class:`~fl_lightning.schema.Range`,
-    :class:`~fl_lightning.schema.OneOf`). None for a hint it does not understand (its constructor checks it)."""
+    The range comes from ``typing.Annotated`` markers (:class:`~fl_lightning.ranges.Range`,
+    :class:`~fl_lightning.ranges.OneOf`). None for a hint it does not understand (its constructor checks it)."""
     import collections.abc
     import types
     import typing
@@ -413,7 +413,7 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model",
     """Every ``_target_`` node's keys against its constructor, before anything is built: a ``_target_`` that does not
     import, a key that is not an argument (unless it takes ``**kwargs``), and a value of the wrong type or out of the
     range its signature declares (plain hints int, float, bool, str, lists of them, and ``typing.Annotated`` markers
-    :class:`~fl_lightning.schema.Range` / :class:`~fl_lightning.schema.OneOf`; :data:`EXTERNAL_HINTS` for torch's
+    :class:`~fl_lightning.ranges.Range` / :class:`~fl_lightning.ranges.OneOf`; :data:`EXTERNAL_HINTS` for torch's
     optimizers). One :class:`ConfigError` naming the full key (and the key the user typed when the value was
     interpolated), whose fix names a valid value for that key. ``drop``: keys of a node (by its full key) that the
     builder consumes before calling the target (``data``'s batch sizes and partition). Then the nodes under

@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from ..schema import NonNegative
+from ..ranges import NonNegative
 
 
 class Clamp:

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from ..schema import Range
+from ..ranges import Range
 
 MODES = ("storage_frac", "rank_frac")
 

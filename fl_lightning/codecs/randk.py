@@ -13,7 +13,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..schema import Range
+from ..ranges import Range
 from .topk import TopK
 
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from ..schema import Positive
+from ..ranges import Positive
 
 
 def steps_bits(k: int) -> int:

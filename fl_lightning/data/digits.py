@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..schema import Range
+from ..ranges import Range
 from .info import DataInfo
 from .tensors import TensorSet
 

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..schema import NonNegative, OneOf, Positive, Range
+from ..ranges import NonNegative, OneOf, Positive, Range
 from .info import DataInfo
 from .tensors import TensorSet
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..schema import Range
+from ..ranges import Range
 from .info import DataInfo
 from .tensors import TensorSet
 from .pretrain import RECIPE, SPECIALS, mlm_pretrain, train_tokenizer

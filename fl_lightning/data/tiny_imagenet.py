@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..schema import Range
+from ..ranges import Range
 from .augment import ImageTransform
 from .info import DataInfo
 from .tensors import TensorSet

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from ..schema import Betas, NonNegative, Positive
+from ..ranges import Betas, NonNegative, Positive
 from .adapters import StateAdapter
 
 __all__ = ["Lion", "LionAdapter", "lion_update"]

@@ -56,7 +56,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..schema import Betas, NonNegative, OneOf, Range
+from ..ranges import Betas, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
 from .muon_math import (adamw_update, decoupled_step, lmo_update, momentum_coeffs, momentum_update, muon_direction,

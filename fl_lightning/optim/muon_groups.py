@@ -6,7 +6,7 @@ from typing import Annotated
 
 from torch import Tensor, nn
 
-from ..schema import OneOf
+from ..ranges import OneOf
 from .muon_math import AUX, EXCLUDABLE, LMOS, MOMENTUM_STYLES, SCALE_MODES, STYLE_ALIASES
 from .newton_schulz import resolve_coeffs
 

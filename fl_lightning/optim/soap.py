@@ -37,7 +37,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..schema import Betas, Fraction, NonNegative, OneOf, Range
+from ..ranges import Betas, Fraction, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 
 __all__ = ["SOAP", "SOAPAdapter", "eigenbasis", "factored_dims", "power_qr", "project"]

@@ -26,7 +26,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..schema import Betas, NonNegative, OneOf, Positive
+from ..ranges import Betas, NonNegative, OneOf, Positive
 from .adapters import StateAdapter
 
 __all__ = ["Sophia", "SophiaAdapter"]

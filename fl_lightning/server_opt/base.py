@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..schema import Positive
+from ..ranges import Positive
 
 
 def check_positive(name: str, value, fix: str) -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..schema import Fraction, Positive
+from ..ranges import Fraction, Positive
 from .base import ServerOptimizer, check_beta
 
 

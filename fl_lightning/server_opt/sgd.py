@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..schema import NonNegative, Positive
+from ..ranges import NonNegative, Positive
 from .base import ServerOptimizer, check_nonneg
 
 

@@ -10,7 +10,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
 # lowest first; a module may import its own package's modules and anything in a lower layer
 LAYERS = [
     {"errors", "seeding", "schedule", "schema", "messages", "config", "_compat", "keys", "signals", "threads",
-     "slurm", "peers"},
+     "slurm", "peers", "ranges"},
     {"codecs", "optim", "data", "checkpoint", "client_store", "recorder", "progress", "report"},
     {"server_opt", "models"},
     {"strategies"},
@@ -91,3 +91,12 @@ def test_no_import_cycle():
         if m not in state:
             visit(m, [m])
     assert not cycles, cycles
+
+
+def test_the_range_vocabulary_imports_only_the_standard_library():
+    """fl_lightning/ranges.py (Range, OneOf, NonNegative, Positive, Fraction, Betas) is what every constructor
+    signature declares its ranges with: it imports neither torch nor omegaconf nor any module of the package."""
+    tree = ast.parse(open(os.path.join(ROOT, "ranges.py")).read())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {"." * n.level + (n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported <= {"__future__", "dataclasses", "typing"}, imported

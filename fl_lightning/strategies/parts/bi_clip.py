@@ -20,7 +20,7 @@ from typing import Annotated
 import torch
 
 from ...errors import ConfigError
-from ...schema import NonNegative, Range
+from ...ranges import NonNegative, Range
 from ..base import ClientContext, Part
 
 

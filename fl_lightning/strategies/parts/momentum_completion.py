@@ -19,7 +19,7 @@ import torch
 
 from ...codecs import LionMomentum
 from ...errors import ConfigError
-from ...schema import Fraction, NonNegative, Positive
+from ...ranges import Fraction, NonNegative, Positive
 from ..base import MODEL_KEY, ClientContext, Msg, Part, ServerContext
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import ConfigError
-from ...schema import NonNegative
+from ...ranges import NonNegative
 from ..base import ClientContext, Part
 
 

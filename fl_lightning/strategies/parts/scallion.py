@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...schema import Positive, Range
+from ...ranges import Positive, Range
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 
 

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...schema import Fraction, NonNegative, OneOf, Positive
+from ...ranges import Fraction, NonNegative, OneOf, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from .global_alignment import mean_probe_gradient
 

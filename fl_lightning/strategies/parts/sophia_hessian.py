@@ -32,7 +32,7 @@ from typing import Annotated
 import torch
 
 from ...errors import ConfigError
-from ...schema import Range
+from ...ranges import Range
 from ..base import ClientContext, Part
 
 
