@@ -219,10 +219,10 @@ def main(argv=None) -> int:
         print(f"repeat {k + 1}: " + "; ".join(f"{key} framework {fw[-1][key]:.2f} s, bare {br[-1][key]:.2f} s"
                                                 for key, _ in ROWS), flush=True)
     print(f"\nW2, 1 process x 1 thread, median of {args.repeats}:")
-    print(f"| {'':36} | framework | bare    | ratio |")
+    print(f"| {'':38} | framework | bare    | ratio |")
     for key, label in ROWS:
         f_s, b_s = statistics.median(r[key] for r in fw), statistics.median(r[key] for r in br)
-        print(f"| {label:36} | {f_s:7.2f} s | {b_s:5.2f} s | {f_s / b_s:5.2f} |")
+        print(f"| {label:38} | {f_s:7.2f} s | {b_s:5.2f} s | {f_s / b_s:5.2f} |")
     return 0
 
 
