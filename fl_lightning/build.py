@@ -32,8 +32,8 @@ _NOT_RESULT_GROUPS = ("hydra", "logger")
 def validate(cfg: DictConfig, checked: bool = False) -> None:
     """The schema's checks and rules (:func:`fl_lightning.schema.check`; ``checked``: the CLI ran them already, before
     torch was imported), the ``_target_`` nodes' keys against their constructors
-    (:func:`fl_lightning.config.check_targets`), then what needs torch: a GPU asked for is there."""
-    from .config import check_targets
+    (:func:`fl_lightning.config_args.check_targets`), then what needs torch: a GPU asked for is there."""
+    from .config_args import check_targets
     from .data import FEDERATION_KEYS
     from .schema import check
 

@@ -17,7 +17,8 @@ from .base import Aggregate, ClientContext, Msg, Part, ServerContext, Strategy
 def build_strategy(cfg, key: str = "method") -> Strategy:
     from omegaconf import OmegaConf
 
-    from ..config import _root, check_parts, instantiate
+    from ..config import _root, instantiate
+    from ..config_groups import check_parts
     from ..errors import ConfigError
 
     check_parts(cfg, key)  # a node without a _target_ (+method.parts.nosuch.x=1): one line naming the parts

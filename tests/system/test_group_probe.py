@@ -22,7 +22,7 @@ import resource
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from fl_lightning.config import _override_text
+from fl_lightning.config_args import _override_text
 from tests.helpers.cli import CONF, FAST, make_cfg
 
 pytestmark = pytest.mark.slow
@@ -246,7 +246,7 @@ def _new_part_and_relabel(cfg, group: str, member: str, node_key: str) -> list[s
     one line naming that node, the closest part first; a node with a ``name`` and a ``_target_`` relabelled as another
     member of its group (one with another ``_target_``) must be refused naming ``<node>.name``, and the fix's
     ``<node>.name=<its own>`` must make the error go away."""
-    from fl_lightning.config import _conf_dirs, _group_members
+    from fl_lightning.config_groups import _conf_dirs, _group_members
 
     bad = []
     if group == "method":

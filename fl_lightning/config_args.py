@@ -1,0 +1,309 @@
+"""The arguments of ``_target_`` nodes checked against their constructors' signatures, before anything is built.
+
+:func:`check_targets` walks the composed config's groups: every key of a ``_target_`` node must be an argument of its
+target, and a value must fit the argument's annotation and its :mod:`~fl_lightning.ranges` vocabulary (``Range``,
+``OneOf``), each failure one line naming the full key and the fix; then the method's parts and the groups' labels
+(:mod:`fl_lightning.config_groups`). :func:`arg_meta` reads one annotation into the bounds and words the checks and
+``python -m fl_lightning.keys`` use.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import difflib
+import functools
+from typing import Annotated
+
+from omegaconf import DictConfig, OmegaConf
+
+from .errors import ConfigError
+from .ranges import OneOf, Range
+
+from .config import _interpolation_source, _root, _signature, qualify
+from .config_groups import check_labels, check_parts
+
+_KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
+
+
+def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
+    """What :func:`check_targets` checks of an argument from its type hint: the schema's field metadata (kind, range,
+    choices, nullable; :func:`fl_lightning.schema.problem`), plus for a list argument ``items`` (the metadata of one
+    item), ``length`` (a ``tuple[float, float]``'s 2) and ``scalar`` (``int | list[int]``: one value accepted too).
+    The range comes from ``typing.Annotated`` markers (:class:`~fl_lightning.ranges.Range`,
+    :class:`~fl_lightning.ranges.OneOf`). None for a hint it does not understand (its constructor checks it)."""
+    import collections.abc
+    import types
+    import typing
+
+    rng, choices = None, ()
+
+    def unwrap(h):  # Annotated[X, Range(...)] -> X, keeping the markers
+        nonlocal rng, choices
+        if typing.get_origin(h) is typing.Annotated:
+            h, *marks = typing.get_args(h)
+            for m in marks:
+                if isinstance(m, Range):
+                    rng = m
+                elif isinstance(m, OneOf):
+                    choices = m.values
+        return h
+
+    hint = unwrap(hint)
+    nullable = has_default and default is None
+    alts = [hint]
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # Optional[Annotated[...]] too
+        alts = [unwrap(a) for a in typing.get_args(hint) if a is not type(None)]
+        nullable = nullable or len(alts) < len(typing.get_args(hint))
+        alts = [b for a in alts for b in (typing.get_args(a) if typing.get_origin(a) in (typing.Union, types.UnionType)
+                                          else (a,))]  # Optional[Annotated[str | list[str], ...]]
+    words = tuple(rng.words) if rng else ()
+    scalars = [_KINDS[a] for a in alts if a in _KINDS]
+    lists = [a for a in alts if typing.get_origin(a) in (list, tuple, collections.abc.Sequence)]
+    if "str" in scalars and len(scalars) > 1 and (words or rng is not None):  # int | str with words: a number or a word
+        scalars.remove("str")
+    if scalars == ["str"] and lists and words:  # str | tuple[float, ...] with words (Muon's ns_coeffs): a word or list
+        scalars.remove("str")
+    if len(scalars) > 1 or len(lists) > 1 or (not scalars and not lists):
+        return None
+    base = dict(nullable=nullable, words=words, choices=tuple(choices), low=rng.low if rng else None,
+                high=rng.high if rng else None, open_low=bool(rng and rng.open_low),
+                open_high=bool(rng and rng.open_high), example=rng.example if rng else None)
+    if not lists:
+        return dict(base, kind=scalars[0])
+    item_args = typing.get_args(lists[0])
+    length = None
+    if typing.get_origin(lists[0]) is tuple and item_args and Ellipsis not in item_args:
+        length = len(item_args)
+    kinds = {_KINDS.get(a) for a in item_args if a is not Ellipsis}
+    if len(kinds) != 1 or None in kinds:
+        return None
+    item = dict(base, kind=kinds.pop(), nullable=False)
+    if scalars and scalars[0] != item["kind"]:  # a name or numbers (Muon's ns_coeffs): its constructor checks it
+        return None
+    scalar = bool(scalars)
+    return dict(base, kind="list", items=item, length=length, scalar=scalar)
+
+
+def arg_problem(meta: dict, value) -> str | None:
+    """What is wrong with ``value`` for an argument described by :func:`arg_meta` (None: nothing)."""
+    from .schema import problem
+
+    if meta["kind"] != "list" or value is None or (isinstance(value, str) and value in meta["words"]):
+        return problem(meta, value)
+    if not isinstance(value, (list, tuple)):
+        if meta["scalar"]:
+            return problem(meta["items"], value)
+        n = f"{meta['length']} " if meta["length"] else ""
+        return f"expected a list of {n}{meta['items']['kind']}s, got {value!r}"
+    if meta["length"] is not None and len(value) != meta["length"]:
+        return f"expected a list of {meta['length']} {meta['items']['kind']}s, got {value!r}"
+    for v in value:
+        bad = problem(meta["items"], v)
+        if bad:
+            return f"{bad} (in {value!r})"
+    return None
+
+
+def _describe(meta: dict) -> str:
+    """``an int in [1, 65536]``, ``a list of 2 floats in [0, 1)``, ``one of mean, n_minus_s``: the valid values."""
+    from .schema import bounds
+
+    if meta["kind"] == "list":
+        item = meta["items"]
+        n = f"{meta['length']} " if meta["length"] else ""
+        desc = f"a list of {n}{item['kind']}s" + (f" {bounds(item)}" if item["low"] is not None or item["high"]
+                                                   is not None else "")
+    elif meta["choices"]:
+        desc = f"one of {', '.join(map(str, meta['choices']))}"
+    else:
+        desc = {"int": "an int", "float": "a number", "bool": "true or false", "str": "a string"}[meta["kind"]]
+        if meta["low"] is not None or meta["high"] is not None:
+            desc += f" {bounds(meta)}"
+    if meta["words"]:
+        desc += f" (or {' / '.join(meta['words'])})"
+    return desc
+
+
+def _example(meta: dict, default, has_default: bool):
+    """A value the fix suggests: the argument's default when it is valid, else the marker's example, else a bound."""
+    if has_default and default is not None and not arg_problem(meta, default):
+        return default
+    if meta.get("example") is not None:
+        return meta["example"]
+    if meta["choices"]:
+        return meta["choices"][0]
+    if meta["words"]:
+        return meta["words"][0]
+    m = meta["items"] if meta["kind"] == "list" else meta
+    v = m["low"] if m["low"] is not None else m["high"] if m["high"] is not None else None
+    if v is None:
+        return {"int": 1, "float": 1.0, "bool": False, "str": "a"}.get(m["kind"])
+    if m["kind"] == "int":
+        v = int(v) + (1 if m.get("open_low") else 0)
+    elif m.get("open_low"):
+        v = v + (min(1.0, (m["high"] - v) / 2) if m["high"] is not None else 1.0)
+    return [v] * (meta["length"] or 1) if meta["kind"] == "list" else v
+
+
+def _override_text(v) -> str:
+    """A value as the command line writes it."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_override_text(x) for x in v) + "]"
+    return "null" if v is None else str(v)
+
+
+# arguments of targets this package does not own (torch's optimizers), declared as their hints would be
+_UNIT = Annotated[float, Range(0.0, 1.0, open_high=True)]
+EXTERNAL_HINTS: dict[str, dict] = {
+    "torch.optim.SGD": {"lr": Annotated[float, Range(0.0)], "momentum": _UNIT,
+                        "weight_decay": Annotated[float, Range(0.0)], "dampening": _UNIT, "nesterov": bool},
+    "torch.optim.Adam": {"lr": Annotated[float, Range(0.0)],
+                         "betas": Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)],
+                         "eps": Annotated[float, Range(0.0, 1.0)], "weight_decay": Annotated[float, Range(0.0)],
+                         "amsgrad": bool},
+}
+EXTERNAL_HINTS["torch.optim.AdamW"] = EXTERNAL_HINTS["torch.optim.Adam"]
+
+
+@functools.lru_cache(maxsize=None)
+def _target_info(target: str):
+    """(object, signature, hints with their Annotated markers) of a ``_target_`` path; None if it does not import."""
+    import inspect
+    import typing
+
+    try:
+        from hydra.utils import get_object
+
+        obj = get_object(target)
+    except Exception:
+        return None
+    sig = _signature(obj)
+    if sig is None:
+        return obj, None, {}
+    try:
+        hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj, include_extras=True)
+    except Exception:
+        hints = {}
+    return obj, sig, {**hints, **EXTERNAL_HINTS.get(target, {})}
+
+
+def _typed_dict(hint) -> dict | None:
+    """The keys and hints of a ``TypedDict`` argument (``backbone: Backbone | None``), else None."""
+    import types
+    import typing
+
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    alts = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for a in alts:
+        if isinstance(a, type) and typing.is_typeddict(a):
+            return typing.get_type_hints(a, include_extras=True)
+    return None
+
+
+def _check_fields(full: str, value: dict, fields: dict, root) -> None:
+    """A nested node's keys against its ``TypedDict``: no other key, each value of its type and in its range."""
+    for k, v in value.items():
+        if k not in fields:
+            near = difflib.get_close_matches(str(k), list(fields), n=1)
+            err = qualify(ConfigError(f"{full}.{k}", f"is not a key of {full}", ""), "", root)
+            user = err.key.split(" (via ")[0].rpartition(".")[0]
+            fix = f"did you mean {user}.{near[0]}?" if near else "remove it"
+            raise ConfigError(err.key, err.problem, f"{fix} (it takes: {', '.join(fields)})")
+        meta = arg_meta(fields[k])
+        bad = None if meta is None else arg_problem(meta, v)
+        if bad:
+            err = qualify(ConfigError(f"{full}.{k}", bad, ""), "", root)
+            ex = _override_text(_example(meta, None, False))
+            raise ConfigError(err.key, bad, f"set it to {_describe(meta)}, e.g. {err.key.split(' (via ')[0]}={ex}")
+
+
+def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model", "data", "optimizer", "server_opt"),
+                  drop: Mapping[str, tuple[str, ...]] | None = None) -> None:
+    """Every ``_target_`` node's keys against its constructor, before anything is built: a ``_target_`` that does not
+    import, a key that is not an argument (unless it takes ``**kwargs``), and a value of the wrong type or out of the
+    range its signature declares (plain hints int, float, bool, str, lists of them, and ``typing.Annotated`` markers
+    :class:`~fl_lightning.ranges.Range` / :class:`~fl_lightning.ranges.OneOf`; :data:`EXTERNAL_HINTS` for torch's
+    optimizers). One :class:`ConfigError` naming the full key (and the key the user typed when the value was
+    interpolated), whose fix names a valid value for that key. ``drop``: keys of a node (by its full key) that the
+    builder consumes before calling the target (``data``'s batch sizes and partition). Then the nodes under
+    ``method.parts`` (:func:`check_parts`) and the groups' labels (:func:`check_labels`)."""
+    from .schema import problem
+
+    if "method" in groups and OmegaConf.is_dict(cfg.get("method")):
+        check_parts(cfg.method)
+    for group in groups:
+        node = cfg.get(group)
+        if not OmegaConf.is_config(node):
+            continue
+        try:
+            plain = OmegaConf.to_container(node, resolve=True)
+        except Exception:  # an interpolation that does not resolve: instantiate names it
+            continue
+        root = _root(node)
+        stack = [(group, plain)]
+        while stack:
+            key, sub = stack.pop()
+            if isinstance(sub, list):
+                stack.extend((f"{key}.{i}", v) for i, v in enumerate(sub))
+                continue
+            if not isinstance(sub, dict):
+                continue
+            stack.extend((f"{key}.{k}", v) for k, v in sub.items() if isinstance(v, (dict, list)))
+            if "_target_" not in sub:
+                continue
+            target = sub["_target_"]
+            info = _target_info(target) if isinstance(target, str) else None
+            if info is None or not callable(info[0]):
+                what = (f"expected a name, got {target!r}" if not isinstance(target, str) else f"{target!r} does not "
+                        "import" if info is None else f"{target!r} is not a function or class")
+                raise qualify(ConfigError(f"{key}._target_", f"cannot be built ({what})",
+                                          "set it to an importable function or class (package.module.name), or pick "
+                                          f"another {key.split('.')[0]} (e.g. {key.split('.')[0]}=<name>)"), "", root)
+            obj, sig, hints = info
+            if sig is None:
+                continue
+            takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            skip = set((drop or {}).get(key, ()))
+            for arg, value in sub.items():
+                if str(arg).startswith("_") or arg in skip or (arg == "name" and "name" not in sig.parameters):
+                    continue
+                full = f"{key}.{arg}"
+                if arg not in sig.parameters and not takes_any:
+                    params = [p for p in sig.parameters if p not in ("self", "args", "kwargs")]
+                    near = difflib.get_close_matches(str(arg), params + sorted(skip), n=1)  # data.batch_size too
+                    err = qualify(ConfigError(full, f"is not an argument of {target}", ""), "", root)
+                    user = err.key.split(" (via ")[0].rpartition(".")[0]
+                    fix = f"did you mean {user}.{near[0]}?" if near else "remove it"
+                    raise ConfigError(err.key, err.problem, f"{fix} (it takes: {', '.join(params)})")
+                p = sig.parameters.get(arg)
+                has_default = p is not None and p.default is not p.empty
+                default = p.default if has_default else None
+                fields = _typed_dict(hints.get(arg))
+                if fields is not None and isinstance(value, dict):  # a nested node with declared keys (TypedDict)
+                    _check_fields(full, value, fields, root)
+                    continue
+                meta = arg_meta(hints.get(arg), default, has_default)
+                if meta is None or (meta["kind"] != "list" and isinstance(value, (dict, list))):
+                    continue
+                bad = arg_problem(meta, value)
+                if bad:
+                    err = qualify(ConfigError(full, bad, ""), "", root)
+                    if meta["kind"] == "list" and isinstance(value, list):
+                        for i, item in enumerate(value):  # betas: [${method.beta1}, ${method.beta2}]
+                            src = _interpolation_source(root, f"{full}.{i}") if problem(meta["items"], item) else None
+                            if src and src != f"{err.key.split(' (via ')[0]}.{i}":
+                                item_meta = dict(meta["items"], example=None)
+                                d = default[i] if isinstance(default, (list, tuple)) and len(default) > i else None
+                                ex = _override_text(_example(item_meta, d, d is not None))
+                                raise ConfigError(f"{src} (via {err.key.split(' (via ')[0]}.{i})",
+                                                  problem(meta["items"], item),
+                                                  f"set it to {_describe(item_meta)}, e.g. {src}={ex}")
+                    user = err.key.split(" (via ")[0]
+                    ex = _override_text(_example(meta, default, has_default))
+                    shown = _override_text(default)
+                    known = f" (its default: {shown})" if has_default and shown != ex else ""
+                    raise ConfigError(err.key, bad, f"set it to {_describe(meta)}, e.g. {user}={ex}{known}")
+    check_labels(cfg)
