@@ -39,8 +39,7 @@ def validate(cfg: DictConfig, checked: bool = False) -> None:
 
     if not checked:
         check(cfg)
-    check_targets(cfg, groups=("method", "model", "data", "optimizer", "server_opt", "logger"),
-                  drop={"data": FEDERATION_KEYS})
+    check_targets(cfg, drop={"data": FEDERATION_KEYS})  # every group built from _target_s (schema.TARGET_GROUPS)
     if cfg.get("paper") is not None:  # the report reads it after the runs: a malformed block is refused before them
         from .report.paper import read_paper
 

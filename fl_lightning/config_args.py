@@ -21,6 +21,7 @@ from .ranges import OneOf, Range
 
 from .config import _interpolation_source, _root, _signature, qualify
 from .config_groups import check_labels, check_parts
+from .schema import TARGET_GROUPS
 
 _KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
@@ -220,7 +221,7 @@ def _check_fields(full: str, value: dict, fields: dict, root) -> None:
             raise ConfigError(err.key, bad, f"set it to {_describe(meta)}, e.g. {err.key.split(' (via ')[0]}={ex}")
 
 
-def check_targets(cfg: DictConfig, groups: tuple[str, ...] = ("method", "model", "data", "optimizer", "server_opt"),
+def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
                   drop: Mapping[str, tuple[str, ...]] | None = None) -> None:
     """Every ``_target_`` node's keys against its constructor, before anything is built: a ``_target_`` that does not
     import, a key that is not an argument (unless it takes ``**kwargs``), and a value of the wrong type or out of the

@@ -149,7 +149,11 @@ class Root:
 
 
 GROUPS = {"fl": FL, "trainer": Trainer, "checkpoint": Checkpoint, "store": Store}
-CONFIG_GROUPS = ("method", "model", "data", "optimizer", "server_opt", "logger", "experiment", "arm")
+# the config groups (conf/<group>/): those whose node stays in the composed config, built from _target_s (Root's
+# fields above), and those merged into it (an experiment, an arm), null by default; data/partition is data's subgroup
+TARGET_GROUPS = tuple(f.name for f in dataclasses.fields(Root) if not f.metadata and f.name not in GROUPS)
+OPTIONAL_GROUPS = ("experiment", "arm")
+CONFIG_GROUPS = (*TARGET_GROUPS, *OPTIONAL_GROUPS)
 METHOD_KEYS = {"grad_clip": key(None, "max-norm gradient clipping before each local step (null: none)", "float",
                                 0.0, None, nullable=True, example="1.0")}
 

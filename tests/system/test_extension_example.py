@@ -137,7 +137,7 @@ def test_what_the_part_refuses(fednova):
 
 # ------------------------------------------------------------------------------------------ the CLI's part
 def test_searchpath_is_saved_absolute(tmp_path, monkeypatch):
-    from fl_lightning.cli import absolute_searchpath
+    from fl_lightning.run_dir import absolute_searchpath
 
     monkeypatch.chdir(tmp_path)
     assert absolute_searchpath("hydra.searchpath=[file://my conf,pkg://a.b]") == \
@@ -146,7 +146,7 @@ def test_searchpath_is_saved_absolute(tmp_path, monkeypatch):
 
 
 def test_resume_command_names_the_pythonpath_of_the_runs_own_code(fednova, monkeypatch):
-    from fl_lightning.cli import resume_command
+    from fl_lightning.run_dir import resume_command
 
     cfg = OmegaConf.create({"method": {"parts": {"a": {"_target_": "fednova.FedNova"},
                                                  "b": {"_target_": "fl_lightning.strategies.parts.LocalOptimizer"}}}})

@@ -16,7 +16,7 @@ LAYERS = [
     {"strategies"},
     {"loop", "services"},
     {"build"},
-    {"cli"},
+    {"cli", "run_dir"},
 ]
 
 
