@@ -4,7 +4,8 @@ For each method yaml (all of ``conf/method/`` by default), one client of the def
 step (:meth:`fl_lightning.loop.FederatedLoop.local_step`: forward, backward, the parts' hooks, clipping, the
 optimizer step) under ``torch._dynamo.explain``, which traces it as ``torch.compile`` would and lists the graphs
 and the graph breaks with their reasons. Tracing only (no code generation), so it runs on a CPU in seconds per
-method. ``--trace-backward`` sets ``torch._dynamo.config.trace_autograd_ops`` (torch 2.14: ``Tensor.backward()``
+method; each method in a fresh interpreter (a failed trace marks code objects as skipped for the rest of a
+process, which would show up as breaks in the next method). ``--trace-backward`` sets ``torch._dynamo.config.trace_autograd_ops`` (torch 2.14: ``Tensor.backward()``
 inside the graph instead of a break).
 
     python tools/compile_check.py                      # every method, a markdown table on stdout
@@ -75,28 +76,47 @@ def check(method: str) -> dict:
     return {"method": method, "graphs": out.graph_count, "breaks": out.graph_break_count, "reasons": reasons}
 
 
+def one(method: str, trace_backward: bool) -> None:
+    """Trace ``method`` in this interpreter and print the result as one JSON line."""
+    import json
+    import logging
+
+    import torch._dynamo as dynamo
+
+    logging.getLogger("fl_lightning").setLevel(logging.WARNING)
+    dynamo.config.trace_autograd_ops = trace_backward
+    try:
+        r = check(method)
+    except Exception as err:  # a method the tracer cannot run at all: say so
+        r = {"method": method, "error": reason(f"{type(err).__name__}: {err}")}
+    print("RESULT " + json.dumps(r), flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("methods", nargs="*", help="method names (default: every conf/method/*.yaml)")
     ap.add_argument("--trace-backward", action="store_true", help="torch._dynamo.config.trace_autograd_ops = True")
+    ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child: one method, a JSON line
     args = ap.parse_args(argv)
-    import logging
+    if args.one:
+        one(args.methods[0], args.trace_backward)
+        return 0
+    import json
+    import subprocess
 
     import torch
-    import torch._dynamo as dynamo
 
-    logging.getLogger("fl_lightning").setLevel(logging.WARNING)
-    if args.trace_backward:
-        dynamo.config.trace_autograd_ops = True
     print(f"torch {torch.__version__}, trace_autograd_ops={bool(args.trace_backward)}\n")
     print("| method | graphs | graph breaks | reasons (first line each) |\n|---|---|---|---|")
     whole = 0
     names = args.methods or methods()
     for m in names:
-        try:
-            r = check(m)
-        except Exception as err:  # a method the tracer cannot run at all: say so and go on
-            print(f"| {m} | — | — | tracing failed: {reason(f'{type(err).__name__}: {err}')} |", flush=True)
+        cmd = [sys.executable, os.path.abspath(__file__), m, "--one"] + (["--trace-backward"] if args.trace_backward else [])
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
+        r = json.loads(line[len("RESULT "):]) if line else {"error": f"exit {p.returncode}: {reason(p.stderr[-300:] or '?')}"}
+        if "error" in r:
+            print(f"| {m} | — | — | tracing failed: {r['error']} |", flush=True)
             continue
         whole += r["breaks"] == 0
         print(f"| {m} | {r['graphs']} | {r['breaks']} | {'; '.join(r['reasons']) or 'none: one graph'} |", flush=True)
