@@ -3,9 +3,30 @@ from :mod:`fl_lightning.schema`; GROUP: fl, trainer, checkpoint, store, data, me
 a model, dataset, part, optimizer or codec are its constructor's arguments: see its docstring and conf/ yaml."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 
-from .schema import all_keys, describe
+from .schema import all_keys
+
+
+def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:
+    """(key, type, default, help) for every schema key, or those of one group."""
+    out = []
+    for name, f in all_keys().items():
+        if group and not (name == group or name.startswith(group + ".")):
+            continue
+        m = f.metadata
+        kind = m["kind"] + (" | " + " | ".join(m["words"]) if m["words"] else "")
+        if m["choices"]:
+            kind = " | ".join(m["choices"])
+        if m["low"] is not None or m["high"] is not None:
+            kind += f" in [{m['low']}, {'∞' if m['high'] is None else m['high']}]"
+        if m["nullable"]:
+            kind += " | null"
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        out.append((name, kind, "null" if default is None else str(default).lower() if isinstance(default, bool)
+                    else str(default), m["help"]))
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -351,8 +351,6 @@ METHOD_STRUCTURE = ("name", "parts", "comm", "grad_clip")  # read by the builder
 def unread_method_keys(cfg: DictConfig) -> set[str]:
     """The method's top-level keys that no ``${method.X}`` (or ``oc.select:method.X``) in the config refers to: knobs
     of a part the method does not have, or keys a user added that nothing uses."""
-    import re
-
     refs: set[str] = set()
 
     def walk(node):
@@ -450,23 +448,3 @@ def check_overrides(argv: list[str]) -> None:
             if isinstance(v, str) and "${" in v:
                 continue
             check_value(name, v)
-
-
-def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:
-    """(key, type, default, help) for every schema key, or those of one group."""
-    out = []
-    for name, f in all_keys().items():
-        if group and not (name == group or name.startswith(group + ".")):
-            continue
-        m = f.metadata
-        kind = m["kind"] + (" | " + " | ".join(m["words"]) if m["words"] else "")
-        if m["choices"]:
-            kind = " | ".join(m["choices"])
-        if m["low"] is not None or m["high"] is not None:
-            kind += f" in [{m['low']}, {'∞' if m['high'] is None else m['high']}]"
-        if m["nullable"]:
-            kind += " | null"
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        out.append((name, kind, "null" if default is None else str(default).lower() if isinstance(default, bool)
-                    else str(default), m["help"]))
-    return out

@@ -10,7 +10,8 @@ import pytest
 
 from fl_lightning.build import validate
 from fl_lightning.errors import ConfigError
-from fl_lightning.schema import all_keys, check, check_overrides, closest_key, describe
+from fl_lightning.keys import describe
+from fl_lightning.schema import all_keys, check, check_overrides, closest_key
 from tests.helpers.cli import ROOT, make_cfg
 
 # values that are valid for a key (the rest must be refused)
