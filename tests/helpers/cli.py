@@ -100,10 +100,12 @@ def run_cli(args: list[str], timeout: int = 300, env: dict | None = None) -> sub
                           timeout=timeout, cwd=ROOT, env=e)
 
 
-def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> str:
-    """Assert ``p`` failed with exit 2 and exactly one stderr line ``error: ...`` holding every needle; return it."""
-    err = p.stderr.strip()
-    assert p.returncode == 2, (p.returncode, err[-2000:])
+def one_line_error(p: subprocess.CompletedProcess | tuple[int, str], *needles: str) -> str:
+    """Assert ``p`` (a finished ``train.py``, or ``cli_in_process``'s ``(exit code, stderr)``) failed with exit 2 and
+    exactly one stderr line ``error: ...`` holding every needle; return it."""
+    code, err = (p.returncode, p.stderr) if isinstance(p, subprocess.CompletedProcess) else p
+    err = err.strip()
+    assert code == 2, (code, err[-2000:])
     assert "Traceback" not in err, err
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), err

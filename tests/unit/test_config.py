@@ -146,6 +146,7 @@ def test_threads_setting(monkeypatch):
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_train_py_makes_idle_openmp_threads_sleep_before_torch_loads():
     """Spinning OpenMP threads collapsed the default run on a busy machine (docs/benchmarks.md): train.py sets
     OMP_WAIT_POLICY=PASSIVE before torch loads libgomp, and leaves a policy the user chose alone."""

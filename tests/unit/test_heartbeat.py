@@ -71,6 +71,7 @@ def test_the_line_names_the_round_the_checkpoint_and_the_resume_command(tmp_path
                         f"resume={tmp_path}")
 
 
+@pytest.mark.slow
 def test_a_process_that_ends_with_beats_running_exits_cleanly():
     """Beats still running at exit are stopped first: a daemon thread caught inside the store's C++ call at
     finalization used to abort the process ("terminate called without an active exception", exit 134)."""

@@ -66,6 +66,7 @@ def env_with(path) -> dict:
     return {"PYTHONPATH": os.pathsep.join(p for p in (str(path), os.environ.get("PYTHONPATH")) if p)}
 
 
+@pytest.mark.slow
 def test_own_model_dataset_and_partitioner_train_through_the_cli(user_dir):
     run = user_dir / "run"
     p = run_cli(FAST + ["fl.eval_every=1", "model._target_=mymodels.two_layer", "~model.net", "+model.hidden=8",
@@ -78,6 +79,7 @@ def test_own_model_dataset_and_partitioner_train_through_the_cli(user_dir):
     assert "round_robin" in (run / "config.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_own_yaml_configs_train_through_the_cli(user_dir):
     """``model=two_layer data=blobs`` (with its default ``partition: round_robin``) from a searchpath folder."""
     run = user_dir / "run"
@@ -116,6 +118,7 @@ def test_bad_argument_is_one_line_naming_the_full_key(overrides, key, tmp_path):
     assert key in lines[0] and "fix:" in lines[0], lines[0]
 
 
+@pytest.mark.slow
 def test_bad_argument_of_a_user_builder_names_the_full_key(user_dir):
     p = run_cli(FAST + ["model._target_=mymodels.two_layer", "~model.net", "+model.hidden=0",
                         f"hydra.run.dir={user_dir / 'run'}"], env=env_with(user_dir))

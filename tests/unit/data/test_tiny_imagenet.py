@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fl_lightning.data.tiny_imagenet import tiny_imagenet
-from tests.helpers.cli import one_line_error, run_cli
+from tests.helpers.cli import cli_in_process, one_line_error, run_cli
 
 WNIDS = ["n01443537", "n01629819", "n01641577"]
 SMALL = ["data=tiny_imagenet", "fl.num_clients=3", "fl.clients_per_round=2", "fl.rounds=2", "fl.local_steps=2",
@@ -60,6 +60,7 @@ def test_loader_reads_the_official_layout(tmp_path):
     assert len(tiny_imagenet(str(tmp_path / "tiny-imagenet-200"))[0]) == 18
 
 
+@pytest.mark.slow
 def test_two_rounds_through_the_cli(tmp_path):
     write_tiny_imagenet(str(tmp_path / "data"))
     run = tmp_path / "run"
@@ -79,7 +80,7 @@ def test_missing_file_is_one_line_naming_it(remove, needle, tmp_path):
     base = write_tiny_imagenet(str(tmp_path / "data"))
     target = os.path.join(base, remove)
     shutil.rmtree(target) if os.path.isdir(target) else os.remove(target)
-    p = run_cli([*SMALL, f"data.root={tmp_path / 'data'}", "model=cnn_fedavg", f"hydra.run.dir={tmp_path / 'run'}"])
+    p = cli_in_process([*SMALL, f"data.root={tmp_path / 'data'}", "model=cnn_fedavg"], tmp_path / "run")
     one_line_error(p, "data.root:", needle, "tiny-imagenet-200.zip")
 
 
@@ -91,8 +92,7 @@ def test_missing_file_is_one_line_naming_it(remove, needle, tmp_path):
 ])
 def test_bad_data_key_is_one_line(overrides, needle, tmp_path):
     write_tiny_imagenet(str(tmp_path / "data"))
-    p = run_cli([*SMALL[1:], *overrides, f"data.root={tmp_path / 'data'}", "model=cnn_fedavg",
-                 f"hydra.run.dir={tmp_path / 'run'}"])
+    p = cli_in_process([*SMALL[1:], *overrides, f"data.root={tmp_path / 'data'}", "model=cnn_fedavg"], tmp_path / "run")
     one_line_error(p, needle, "fix:")
 
 

@@ -262,6 +262,7 @@ def test_swin_loads_local_weights_with_a_fresh_head(tmp_path, suffix):
     assert m.swin.head.fc.weight.shape == (10, 96) and m.swin.head.fc.weight.requires_grad
 
 
+@pytest.mark.slow
 def test_swin_weights_of_another_variant_are_one_line(tmp_path):
     f = tmp_path / "w.pth"
     _tiny_weights(str(f))
@@ -290,11 +291,13 @@ def test_bad_swin_key_is_one_line(overrides, needle, tmp_path):
     assert needle in msg and "fix:" in msg, msg
 
 
+@pytest.mark.slow
 def test_a_model_key_error_through_the_cli(tmp_path):
     one_line_error(run_cli(["model=vit_tiny", "model.net.depth=0", *ONE_ROUND, f"hydra.run.dir={tmp_path}"]),
                    "model.net.depth:", "fix:")
 
 
+@pytest.mark.slow
 def test_swin_micro_one_round_on_the_digits(tmp_path):
     p = run_cli(["model=swin_micro", *ONE_ROUND, f"hydra.run.dir={tmp_path}"])
     assert p.returncode == 0, p.stderr[-3000:]
