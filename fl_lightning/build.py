@@ -6,6 +6,7 @@ run must share with the run that wrote the checkpoint).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -19,6 +20,7 @@ from . import peers, signals
 from ._compat import import_fabric, set_collective_timeout
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
+from .compiled_step import CompiledStep
 from .errors import ConfigError
 from .recorder import RunRecorder
 from .schema import check_value, not_result_keys, rules
@@ -278,7 +280,22 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False):
     config = LoopConfig(fl=OmegaConf.to_object(cfg.fl), checkpoint=OmegaConf.to_object(cfg.checkpoint), seed=int(cfg.seed),
                         **lr_keys(cfg))
     return FederatedLoop(fabric, module, data, strategy, config, run_dir, store=store,
-                         checkpointer=checkpointer, recorder=recorder)
+                         checkpointer=checkpointer, recorder=recorder, compile_step=step_compiler(cfg, fabric.device))
+
+
+def step_compiler(cfg: DictConfig, device: torch.device):
+    """``trainer.compile``: None (eager), or what compiles the loop's local step (:class:`CompiledStep`)."""
+    mode, backend = str(cfg.trainer.compile), str(cfg.trainer.compile_backend)
+    if mode == "none":
+        return None
+    if mode == "graphs" and device.type != "cuda":
+        raise ConfigError("trainer.compile", f"graphs replays the step as CUDA graphs, and this run is on {device.type}",
+                          "use trainer.compile=step (or none) here, or run on a CUDA GPU")
+    if mode == "graphs" and backend != "inductor":
+        raise ConfigError("trainer.compile_backend", f"trainer.compile=graphs needs inductor, not {backend!r}",
+                          "set trainer.compile_backend=inductor")
+    lr_varies = cfg.fl.lr_schedule != "constant" or int(cfg.fl.warmup_rounds) > 0
+    return functools.partial(CompiledStep, mode=mode, backend=backend, lr_tensors=lr_varies)
 
 
 def lr_keys(cfg: DictConfig) -> dict[str, str | None]:

@@ -19,7 +19,7 @@ import os
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -27,6 +27,7 @@ from torch import Tensor
 from . import seeding, signals
 from .checkpoint import Checkpointer, TensorDict, TorchRNG
 from .client_store import ClientStateStore
+from .compiled_step import CompiledStep
 from .errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
 from .progress import RoundProgress
 from .recorder import RunRecorder
@@ -72,7 +73,7 @@ def assign_clients(work: list[float], world: int, clients=None, pinned=None) -> 
 class FederatedLoop:
     def __init__(self, fabric, module, data, strategy: Strategy, config: LoopConfig, run_dir: str, *,
                  store: ClientStateStore | None = None, checkpointer: Checkpointer | None = None,
-                 recorder: RunRecorder | None = None):
+                 recorder: RunRecorder | None = None, compile_step: Callable[[Callable], CompiledStep] | None = None):
         self.fabric, self.module, self.data, self.strategy, self.config = fabric, module, data, strategy, config
         self.run_dir = run_dir
         self.fl = config.fl
@@ -104,6 +105,8 @@ class FederatedLoop:
         self.recorder = recorder or RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")),
                                                 rank=self.rank, log_fn=fabric.log_dict)
         self.model_bits = sum(v.numel() * v.element_size() * 8 for v in self.global_params.values())
+        # the step every client takes: local_step itself, or compiled once for the run (trainer.compile)
+        self.client_step = compile_step(self.local_step) if compile_step is not None else self.local_step
         self.round = 0  # rounds completed
         self._stop_signal: int | None = None
         self._first_round = -1  # the round this invocation started at (set by run)
@@ -175,7 +178,8 @@ class FederatedLoop:
         client.optimizer.step()
         client.step += 1
         self.strategy.after_step(client)
-        client.optimizer.zero_grad(set_to_none=True)
+        for p in self.params.values():  # zero_grad(set_to_none=True), written out: torch.compile skips Optimizer.zero_grad
+            p.grad = None
         return client.loss
 
     def train_client(self, cid: int, r: int, received: dict[str, Tensor], lr_f: float) -> tuple[dict, float]:
@@ -183,7 +187,7 @@ class FederatedLoop:
         client = self.start_client(cid, r, received, lr_f)
         loss_sum = torch.zeros((), device=self.device)
         for k, batch in enumerate(self.data.client_batches(cid, r, self.device, c.local_steps, c.local_epochs)):
-            loss = self.local_step(client, self.services.cast_floats(batch), k)
+            loss = self.client_step(client, self.services.cast_floats(batch), k)
             if k == 0:
                 first_loss = loss  # at the model the client received (read only if the loss diverges)
             loss_sum += loss.float()
@@ -408,6 +412,8 @@ class FederatedLoop:
         return summary
 
     def summary(self, **extra) -> dict:
+        if isinstance(self.client_step, CompiledStep):  # trainer.compile: graphs compiled and recompiles, logged once
+            extra["compile"] = self.client_step.log_counts()
         return self.recorder.summary(
             method=self.strategy.name, rounds_done=self.round, rounds=self.R, finished=self.round >= self.R,
             num_params=sum(p.numel() for p in self.params.values()), config_hash=self.checkpointer.config_hash,

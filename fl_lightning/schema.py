@@ -72,6 +72,12 @@ class Trainer:
                               "(scontrol requeue; resume=auto continues it)", "bool", result=False)
     threads: Any = key("auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)",
                        "int", 1, 4096, words=("auto",), result=False)
+    compile: str = key("none", "the local step through torch.compile, compiled once per run for every client "
+                               "(step; graphs: replayed as CUDA graphs, CUDA only; none: eager)", "str",
+                       choices=("none", "step", "graphs"), result=False)
+    compile_backend: str = key("inductor", "torch.compile's backend for trainer.compile (aot_eager: no code "
+                                           "generation, to debug)", "str", choices=("inductor", "aot_eager", "eager"),
+                               result=False)
     timeout_s: int = key(300, "seconds a process waits for the others (start-up, each collective) before it stops "
                               "with one line naming the rank that is gone (torch's default: 1800)", "int", 5, 86400, result=False)
 

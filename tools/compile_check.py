@@ -5,11 +5,12 @@ step (:meth:`fl_lightning.loop.FederatedLoop.local_step`: forward, backward, the
 optimizer step) under ``torch._dynamo.explain``, which traces it as ``torch.compile`` would and lists the graphs
 and the graph breaks with their reasons. Tracing only (no code generation), so it runs on a CPU in seconds per
 method; each method in a fresh interpreter (a failed trace marks code objects as skipped for the rest of a
-process, which would show up as breaks in the next method). ``--trace-backward`` sets ``torch._dynamo.config.trace_autograd_ops`` (torch 2.14: ``Tensor.backward()``
-inside the graph instead of a break).
+process, which would show up as breaks in the next method). The backward is traced into the graph
+(``torch._dynamo.config.trace_autograd_ops``, torch ≥ 2.14), as ``trainer.compile`` does; ``--no-trace-backward``
+shows the step as plain ``torch.compile`` sees it (``Tensor.backward()`` a break).
 
     python tools/compile_check.py                      # every method, a markdown table on stdout
-    python tools/compile_check.py fedavg fedmuon --trace-backward
+    python tools/compile_check.py fedavg fedmuon --no-trace-backward
 """
 from __future__ import annotations
 
@@ -95,7 +96,9 @@ def one(method: str, trace_backward: bool) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("methods", nargs="*", help="method names (default: every conf/method/*.yaml)")
-    ap.add_argument("--trace-backward", action="store_true", help="torch._dynamo.config.trace_autograd_ops = True")
+    ap.add_argument("--no-trace-backward", dest="trace_backward", action="store_false",
+                    help="torch._dynamo.config.trace_autograd_ops = False (Tensor.backward() breaks the graph)")
+    ap.add_argument("--trace-backward", dest="trace_backward", action="store_true", help=argparse.SUPPRESS)  # the child
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child: one method, a JSON line
     args = ap.parse_args(argv)
     if args.one:
@@ -111,7 +114,7 @@ def main(argv=None) -> int:
     whole = 0
     names = args.methods or methods()
     for m in names:
-        cmd = [sys.executable, os.path.abspath(__file__), m, "--one"] + (["--trace-backward"] if args.trace_backward else [])
+        cmd = [sys.executable, os.path.abspath(__file__), m, "--one", "--trace-backward" if args.trace_backward else "--no-trace-backward"]
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
         r = json.loads(line[len("RESULT "):]) if line else {"error": f"exit {p.returncode}: {reason(p.stderr[-300:] or '?')}"}

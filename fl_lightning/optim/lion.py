@@ -25,6 +25,7 @@ from torch import Tensor
 
 from ..ranges import Betas, NonNegative, Positive
 from .adapters import StateAdapter
+from .scalars import foreach_add_scaled_
 
 __all__ = ["Lion", "LionAdapter", "lion_update"]
 
@@ -73,7 +74,7 @@ class Lion(torch.optim.Optimizer):
             upd = torch._foreach_mul(ms, b1)
             torch._foreach_add_(upd, grads, alpha=1 - b1)
             torch._foreach_sign_(upd)
-            torch._foreach_add_(ps, upd, alpha=-lr)
+            foreach_add_scaled_(ps, upd, -lr)
             torch._foreach_lerp_(ms, grads, 1 - b2)
         return loss
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .newton_schulz import matrix_shape, orthogonalize
+from .scalars import add_scaled_, addcdiv_scaled_
 
 MOMENTUM_STYLES = ("ema", "ema_beta", "heavy_ball")
 STYLE_ALIASES = {"lerp": "ema_beta", "torch": "ema_beta", "ema_alpha": "ema", "sum": "heavy_ball"}
@@ -129,7 +130,7 @@ def decoupled_step(p: Tensor, o: Tensor, lr: float, lr_p: float, weight_decay: f
     then the step (lr_p: lr with Muon's per-matrix scale folded in)."""
     if weight_decay != 0:
         p.mul_(1 - lr * weight_decay)
-    p.add_(o, alpha=-lr_p)
+    add_scaled_(p, o, -lr_p)
 
 
 def adamw_update(p: Tensor, grad: Tensor, state: dict, lr: float, betas: tuple[float, float], eps: float,
@@ -147,4 +148,4 @@ def adamw_update(p: Tensor, grad: Tensor, state: dict, lr: float, betas: tuple[f
     m.lerp_(grad, 1 - beta1)
     v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
     denom = (v.sqrt() / math.sqrt(1 - beta2**t)).add_(eps)
-    p.addcdiv_(m, denom, value=-lr / (1 - beta1**t))
+    addcdiv_scaled_(p, m, denom, -lr / (1 - beta1**t))

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from ..ranges import Betas, Fraction, NonNegative, OneOf, Range
 from .adapters import StateAdapter
+from .scalars import add_scaled_
 
 __all__ = ["SOAP", "SOAPAdapter", "eigenbasis", "factored_dims", "power_qr", "project"]
 
@@ -194,7 +195,7 @@ class SOAP(torch.optim.Optimizer):
                 step_size = lr
                 if group["correct_bias"]:
                     step_size = lr * math.sqrt(1 - beta2**t) / (1 - beta1**t)
-                p.add_(n, alpha=-step_size)
+                add_scaled_(p, n, -step_size)
                 if wd > 0:
                     p.mul_(1 - lr * wd)
                 self._update_factors(p, g, group)

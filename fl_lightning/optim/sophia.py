@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ..ranges import Betas, NonNegative, OneOf, Positive
 from .adapters import StateAdapter
+from .scalars import add_scaled_
 
 __all__ = ["Sophia", "SophiaAdapter"]
 
@@ -95,7 +96,7 @@ class Sophia(torch.optim.Optimizer):
                 d = (m / denom).clamp_(-rho, rho)
                 if wd > 0:
                     p.mul_(1 - lr * wd)
-                p.add_(d, alpha=-lr)
+                add_scaled_(p, d, -lr)
         return loss
 
 

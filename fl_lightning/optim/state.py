@@ -82,3 +82,26 @@ def import_optimizer_state(opt: torch.optim.Optimizer, flat: dict[str, Tensor]) 
             state[int(head)] = values
     sd["state"] = state
     opt.load_state_dict(sd)
+
+
+def reset_in_place(opt: torch.optim.Optimizer, fresh: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Make ``opt`` what ``fresh`` (a new optimizer over the same parameters, groups in the same order) is: every
+    group's hyperparameters, an empty state, and the other public attributes (e.g. Muon's corrections), while the
+    object, its group dicts and its state dict stay the same objects. One optimizer object then serves every client
+    of a run, so a compiled step (``trainer.compile``) that guards on the optimizer is reused, not recompiled for
+    each client; each client's values equal a fresh optimizer's bit for bit."""
+    if len(opt.param_groups) != len(fresh.param_groups):
+        raise ValueError(f"{type(opt).__name__}: {len(fresh.param_groups)} param groups, was {len(opt.param_groups)}")
+    for group, new in zip(opt.param_groups, fresh.param_groups):
+        if len(group["params"]) != len(new["params"]) or any(a is not b for a, b in zip(group["params"], new["params"])):
+            raise ValueError(f"{type(opt).__name__}: the param groups hold other parameters than before")
+        for k, v in new.items():
+            if k != "params":
+                group[k] = v
+        for k in [k for k in group if k not in new]:
+            del group[k]
+    opt.state.clear()
+    for k, v in vars(fresh).items():
+        if k not in ("param_groups", "state", "defaults") and not k.startswith("_"):
+            setattr(opt, k, v)
+    return opt

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 import torch
@@ -71,6 +70,10 @@ class ClientServices(Protocol):
     def client_rng(self, purpose: str, client: int, round_idx: int) -> torch.Generator: ...
 
 
+class Slot:
+    """A part's scratch space for one client's round: attributes set in one hook, read in a later one."""
+
+
 @dataclass
 class ClientContext:
     """One client's round: everything a part may use while the client trains. ``state`` is its private persistent
@@ -95,12 +98,15 @@ class ClientContext:
     services: ClientServices | None = None  # None: a part driven without a loop (unit tests)
     model_update: dict[str, Tensor] | None = None  # what the aggregation part uploaded for the model, per name
                                                    # (its reconstruction; read by MagnitudeUniformity)
-    _slots: dict[str, SimpleNamespace] = field(default_factory=dict, repr=False)
+    _slots: dict[str, "Slot"] = field(default_factory=dict, repr=False)
 
-    def slot(self, part: "Part") -> SimpleNamespace:
+    def slot(self, part: "Part") -> "Slot":
         """``part``'s scratch space for this client's round (attributes it sets in one hook and reads in a later
-        one); it goes with the round."""
-        return self._slots.setdefault(part.name, SimpleNamespace())
+        one); it goes with the round. Made at the first use (before the step, so a compiled step finds it)."""
+        s = self._slots.get(part.name)
+        if s is None:
+            s = self._slots[part.name] = Slot()
+        return s
 
     def gradient_at(self, weights: dict[str, Tensor] | None = None, batch: dict | None = None,
                     loss_fn=None) -> dict[str, Tensor]:

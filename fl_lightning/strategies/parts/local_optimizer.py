@@ -20,7 +20,7 @@ import torch
 
 from ...config import blame
 from ...errors import ConfigError
-from ...optim.state import export_optimizer_state, import_optimizer_state
+from ...optim.state import export_optimizer_state, import_optimizer_state, reset_in_place
 from ..base import ClientContext, Part
 
 
@@ -42,15 +42,29 @@ class LocalOptimizer(Part):
         if state not in ("reset", "persistent"):
             raise ConfigError("state", f"unknown value {state!r}", "use reset or persistent")
         self.persistent = state == "persistent"
+        self._optimizer: torch.optim.Optimizer | None = None  # the run's one optimizer object (reset_in_place)
 
     def build(self, client: ClientContext) -> torch.optim.Optimizer:
+        """The client's optimizer as the factory makes it, the round's schedule factor applied to every ``*lr``. The
+        first client's object serves every later client, reset in place to the new one's values (the same
+        numbers as a fresh optimizer; a compiled step guarding on the object is reused, not recompiled)."""
         params = self.groups_fn(client.module) if self.groups_fn is not None else list(client.params.values())
         opt = self.factory(params)
         for g in opt.param_groups:
             for k in list(g):
                 if k.endswith("lr") and isinstance(g[k], (int, float)):
                     g[k] = g[k] * client.lr_factor
+        if self._optimizer is not None and self._same_params(opt):
+            return reset_in_place(self._optimizer, opt)
+        self._optimizer = opt
         return opt
+
+    def _same_params(self, opt: torch.optim.Optimizer) -> bool:
+        """Whether the kept optimizer's groups hold exactly ``opt``'s parameters (another module gets its own)."""
+        def flat(o):
+            return [(i, p) for i, g in enumerate(o.param_groups) for p in g["params"]]
+        new, held = flat(opt), flat(self._optimizer)
+        return len(new) == len(held) and all(i == j and a is b for (i, a), (j, b) in zip(new, held))
 
     def client_start(self, client: ClientContext) -> None:
         client.optimizer = self.build(client)

@@ -1,0 +1,94 @@
+"""``trainer.compile``: the local step through ``torch.compile``, compiled once per run and reused by every client.
+
+The step (:meth:`fl_lightning.loop.FederatedLoop.local_step`: forward, backward, the parts' ``after_backward``,
+clipping, the optimizer step, the parts' ``after_step``) is handed to ``torch.compile`` whole. Dynamo traces the
+backward into the graph (``torch._dynamo.config.trace_autograd_ops``, torch ≥ 2.14), so the graphs break only where
+the step leaves tensor code: ``torch.optim``'s deliberate break before an optimizer's step (it keeps the update an
+in-place inference graph), ``zero_grad``, and a few parts' Python (``python tools/compile_check.py`` lists them per
+method). It is reused by every client because what it guards on stays the same objects for the whole run: the one
+module the clients' states are copied into (the loop), and one optimizer object reset in place for each client
+(:func:`fl_lightning.optim.state.reset_in_place`). Numbers that change between clients and steps (step counters,
+a short last batch's size) become symbolic after their first change (Dynamo's automatic dynamic shapes): one
+recompile per run each, not one per client or step. Under an lr schedule the groups' learning rates enter as 0-d
+tensors; a part that computes a float from the round's lr factor inside the step (GlobalAlignment) still
+recompiles once per round.
+
+``step``: the backend's code (``trainer.compile_backend``, inductor by default). ``graphs``: the same replayed as CUDA
+graphs (inductor's ``reduce-overhead``: static input buffers, graph-safe RNG for dropout); CUDA only. Compiled and
+eager runs agree up to float summation order (tests/system/test_compile.py), not bit for bit.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+log = logging.getLogger("fl_lightning")
+
+MODES = ("none", "step", "graphs")
+
+
+class CompiledStep:
+    """``step_fn(client, batch, k) -> loss`` compiled (``mode``: step | graphs); :meth:`counts` says how many graphs were
+    compiled and how many of them were recompiles (a guard of an earlier graph failed), :meth:`log_counts` logs it
+    once."""
+
+    def __init__(self, step_fn: Callable, mode: str, backend: str = "inductor", lr_tensors: bool = False):
+        import torch
+        import torch._dynamo.callback as callback
+
+        if mode not in MODES[1:]:
+            raise ValueError(f"compile mode {mode!r}: expected one of {MODES[1:]}")
+        self.mode, self.backend, self.lr_tensors = mode, backend, lr_tensors
+        self._ids: set[str] = set()
+        self._active = False
+        # One compiled step per process: Dynamo's caches are per code object (FederatedLoop.local_step), so a second
+        # loop in the same process (a test, a notebook) would find the first one's entries, fail their guards and,
+        # past torch's recompile limit, fall back to eager without a word. A run starts from empty caches.
+        torch._dynamo.reset()
+        kwargs = {"mode": "reduce-overhead"} if mode == "graphs" else {}
+        self._fn = torch.compile(step_fn, backend=backend, **kwargs)
+        self._dynamo = torch._dynamo
+        callback.callback_handler.register_start_callback(self._on_compile)
+
+    def _on_compile(self, args) -> None:
+        if self._active and args.callback_trigger.name == "DYNAMO":
+            self._ids.add(str(args.compile_id).split("_")[0])  # "frame/compile" (a retried attempt counts once)
+
+    @staticmethod
+    def _lr_tensors(optimizer) -> None:
+        """Each group's ``*lr`` number as a 0-d float64 tensor on its parameters' device (a number a part or the
+        schedule put there since the last step). A float is a constant of the graph, recompiled for every new value:
+        under a schedule that is every round, so a run whose lr changes between rounds (``lr_tensors``) passes it as
+        a tensor, an input of the graph. A constant lr stays a float: the update is then the eager arithmetic
+        exactly (a tensor lr multiplies, then adds: one more rounding, which SOAP's eigenbases at rank-deficient
+        early factors can turn into another basis). The optimizers take either (fl_lightning/optim/scalars.py)."""
+        if optimizer is None:
+            return
+        import torch
+
+        for g in optimizer.param_groups:
+            for key, v in g.items():
+                if key.endswith("lr") and isinstance(v, (int, float)) and not isinstance(v, bool) and g["params"]:
+                    g[key] = torch.tensor(float(v), dtype=torch.float64, device=g["params"][0].device)
+
+    def __call__(self, client, batch, k):
+        if self.lr_tensors:
+            self._lr_tensors(client.optimizer)
+        self._active = True
+        try:
+            with self._dynamo.config.patch(trace_autograd_ops=True):
+                return self._fn(client, batch, k)
+        finally:
+            self._active = False
+
+    def counts(self) -> dict[str, int]:
+        """``compiled_graphs``: compilations of a frame of the step (the first of each frame and its recompiles);
+        ``recompiles``: those after a frame's first."""
+        recompiles = sum(1 for i in self._ids if i.split("/")[-1] not in ("0", ""))
+        return {"compiled_graphs": len(self._ids), "recompiles": recompiles}
+
+    def log_counts(self) -> dict[str, int]:
+        c = self.counts()
+        log.info("trainer.compile=%s (%s): %d frames of the local step compiled, %d of them recompiles",
+                 self.mode, self.backend, c["compiled_graphs"], c["recompiles"])
+        return c

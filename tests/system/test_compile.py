@@ -1,0 +1,103 @@
+"""``trainer.compile=step``: the local step through ``torch.compile``, compiled once per run and reused by every client.
+
+Each test builds its runs in this process (tests/helpers/cli.build_loop, as ``train.py`` builds them). Most use the
+``aot_eager`` backend: Dynamo's capture of the whole step (backward included) and AOT autograd, as with inductor, but
+no code generation, which would take minutes per method on a CPU; one test runs the default backend, inductor.
+The equality tests keep the lr constant, so the compiled step runs the eager arithmetic (a constant lr stays a float;
+under a schedule it is a 0-d tensor, one more rounding, which SOAP's eigenbasis choice can amplify). Muon's
+Newton–Schulz runs in fp32 here (``method.ns_dtype=null``): in bf16 any change of float order, a compiled
+graph's or another process count's, grows to ~1e-2 over a few rounds (tests/system/test_multiprocess.py does the same).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers.cli import build_loop
+
+pytestmark = pytest.mark.slow
+
+BASE = ["fl.num_clients=6", "fl.clients_per_round=3", "fl.rounds=3", "fl.local_steps=3", "trainer.progress=false",
+        "trainer.accelerator=cpu", "trainer.threads=1", "checkpoint.every=100"]
+COSINE = ["fl.lr_schedule=cosine"]
+STEP = ["trainer.compile=step", "trainer.compile_backend=aot_eager"]
+FP32_NS = {"fedmuon": ["method.ns_dtype=null"], "fedmuon_avg": ["method.ns_dtype=null"]}
+METHODS = ["fedavg", "scaffold", "fedprox", "fedmuon", "fedmuon_avg", "fedpac_soap", "fedpac_sophia", "fedsmu",
+           "fedlion", "fed_sophia", "adam_biclip"]
+
+
+def _run(overrides, run_dir, rounds=None, resume=None):
+    loop = build_loop(overrides, run_dir, resume=resume)
+    summary = loop.run(stop_after_rounds=rounds, progress_enabled=False)
+    return {k: v.detach().clone() for k, v in loop.global_params.items()}, summary, loop
+
+
+def _rel(a: dict, b: dict) -> float:
+    return max(float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)) for k in a)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_compiled_step_equals_eager_after_three_rounds(method, tmp_path):
+    over = [f"method={method}", *BASE, *FP32_NS.get(method, [])]
+    eager, _, _ = _run(over, tmp_path / "eager")
+    compiled, summary, loop = _run(over + STEP, tmp_path / "step")
+    assert _rel(eager, compiled) <= 1e-5
+    counts = summary["compile"]
+    assert counts["compiled_graphs"] >= 1  # it did compile, and the step ran through it
+    assert counts["recompiles"] <= 8, counts  # reused by every client: 9 clients' rounds, 27 steps
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedlion"])
+def test_a_scheduled_lr_is_an_input_of_the_graph_not_a_recompile_per_round(method, tmp_path):
+    """Under a cosine schedule every round has another lr: the compiled step takes it as a 0-d tensor, so rounds 3-5
+    compile nothing new, and the run equals eager up to float order (a tensor lr multiplies, then adds). Not yet for
+    parts that compute floats from the round's lr factor inside the step (GlobalAlignment's η_r·α in FedMuon and
+    FedPAC; FedSophia): those still recompile each round under a schedule."""
+    over = [f"method={method}", *BASE, *COSINE, "fl.rounds=5", *FP32_NS.get(method, [])]
+    eager, _, _ = _run(over, tmp_path / "eager")
+    loop = build_loop(over + STEP, tmp_path / "step")
+    for r in range(2):
+        loop.run_round(r)
+    early = loop.client_step.counts()
+    for r in range(2, 5):
+        loop.run_round(r)
+    assert loop.client_step.counts() == early
+    assert _rel(eager, {k: v.detach() for k, v in loop.global_params.items()}) <= 1e-5
+
+
+def test_inductor_step_equals_eager(tmp_path):
+    """The default backend generates code for the step (C++ on a CPU)."""
+    over = ["method=fedavg", *BASE, "fl.rounds=2"]
+    eager, _, _ = _run(over, tmp_path / "eager")
+    compiled, summary, _ = _run(over + ["trainer.compile=step"], tmp_path / "step")
+    assert _rel(eager, compiled) <= 1e-5
+    assert summary["compile"]["compiled_graphs"] >= 1
+
+
+def test_compiles_stay_bounded_over_clients_rounds_refreshes_and_short_batches(tmp_path):
+    """FedSophia refreshes its Hessian estimate every τ=2 steps (a per-step branch) and trains by local epochs over
+    clients of unequal size (a short last batch whose size differs between clients): after the first rounds, further
+    rounds compile nothing new."""
+    over = ["method=fed_sophia", *BASE, *COSINE, "fl.rounds=6", "fl.local_steps=null", "fl.local_epochs=1",
+            "data.batch_size=16", "method.parts.hessian.every=2", *STEP]
+    loop = build_loop(over, tmp_path)
+    for r in range(3):
+        loop.run_round(r)
+    early = loop.client_step.counts()
+    for r in range(3, 6):
+        loop.run_round(r)
+    assert loop.client_step.counts() == early, (early, loop.client_step.counts())
+    assert early["recompiles"] <= 12, early  # each a number or size seen changing once, then symbolic
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fed_sophia"])
+def test_a_compiled_run_resumed_is_bit_identical_to_it_uninterrupted(method, tmp_path):
+    """fed_sophia keeps each client's optimizer state (moments, Hessian estimate, step count) across rounds: the
+    resumed run copies it back into the one optimizer object the compiled step was built around."""
+    over = [f"method={method}", *BASE, *COSINE, "fl.rounds=4", "checkpoint.every=1", *STEP]
+    straight, _, _ = _run(over, tmp_path / "straight")
+    _run(over, tmp_path / "halves", rounds=2)
+    resumed, summary, _ = _run(over, tmp_path / "halves2", resume=str(tmp_path / "halves"))
+    assert summary["rounds_done"] == 4
+    for k in straight:
+        assert torch.equal(straight[k], resumed[k]), k

@@ -1,0 +1,81 @@
+"""``trainer.compile``'s pieces that run without compiling: its keys' one-line errors, the one optimizer object reset
+in place for each client, and the scaled in-place steps that take a float or a 0-d tensor learning rate (the compiled
+runs themselves: tests/system/test_compile.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fl_lightning.optim import Muon
+from fl_lightning.optim.scalars import add_scaled_, addcdiv_scaled_, foreach_add_scaled_
+from fl_lightning.optim.state import reset_in_place
+from tests.helpers.cli import FAST, build_error
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["trainer.compile=graphs"], "trainer.compile: graphs replays the step as CUDA graphs, and this run is on cpu"),
+    (["trainer.compile=fast"], "trainer.compile:"),
+    (["trainer.compile=graphs", "trainer.compile_backend=aot_eager"], "trainer.compile:"),
+])
+def test_bad_compile_keys_are_one_line(overrides, needle, tmp_path):
+    msg = build_error(FAST + overrides, tmp_path)
+    assert needle in msg and "fix:" in msg, msg
+
+
+def _muon(params):
+    return Muon(params, lr=0.02, momentum=0.9, nesterov=True, aux="adamw", aux_lr=0.01)
+
+
+def _steps(opt, params, grads, correction=None):
+    if correction is not None:
+        opt.set_correction({params[0]: correction})
+    for g in grads:
+        for p, gp in zip(params, g):
+            p.grad = gp.clone()
+        opt.step()
+
+
+def test_an_optimizer_reset_in_place_steps_as_a_fresh_one_bit_for_bit():
+    torch.manual_seed(0)
+    init = [torch.randn(6, 4), torch.randn(4)]
+    grads = [[torch.randn(6, 4), torch.randn(4)] for _ in range(3)]
+    used = [torch.nn.Parameter(t.clone()) for t in init]
+    opt = _muon(used)
+    _steps(opt, used, grads, correction=torch.ones(6, 4))  # state, counters and a correction from a first client
+    groups, state = [id(g) for g in opt.param_groups], id(opt.state)
+    with torch.no_grad():
+        for p, t in zip(used, init):
+            p.copy_(t)
+    same = reset_in_place(opt, _muon(used))
+    assert same is opt and [id(g) for g in opt.param_groups] == groups and id(opt.state) == state
+    assert not opt.state and not opt.corrections  # the first client's state and correction are gone
+    fresh_params = [torch.nn.Parameter(t.clone()) for t in init]
+    fresh = _muon(fresh_params)
+    _steps(opt, used, grads)
+    _steps(fresh, fresh_params, grads)
+    for a, b in zip(used, fresh_params):
+        assert torch.equal(a, b)
+
+
+def test_reset_in_place_refuses_other_parameters():
+    a, b = torch.nn.Parameter(torch.zeros(3, 3)), torch.nn.Parameter(torch.zeros(3, 3))
+    with pytest.raises(ValueError, match="other parameters"):
+        reset_in_place(torch.optim.SGD([a], lr=0.1), torch.optim.SGD([b], lr=0.1))
+
+
+def test_scaled_steps_take_a_float_exactly_and_a_tensor_closely():
+    torch.manual_seed(1)
+    p, x, m, d = torch.randn(50), torch.randn(50), torch.randn(50), torch.rand(50) + 0.5
+    for a in (-0.037, torch.tensor(-0.037)):
+        q = p.clone()
+        add_scaled_(q, x, a)
+        want = p.clone().add_(x, alpha=-0.037)
+        assert torch.equal(q, want) if isinstance(a, float) else torch.allclose(q, want, rtol=1e-6, atol=1e-7)
+        q = p.clone()
+        addcdiv_scaled_(q, m, d, a)
+        want = p.clone().addcdiv_(m, d, value=-0.037)
+        assert torch.equal(q, want) if isinstance(a, float) else torch.allclose(q, want, rtol=1e-6, atol=1e-7)
+        qs = [p.clone(), x.clone()]
+        foreach_add_scaled_(qs, [m, d], a)
+        assert torch.allclose(qs[0], p + (-0.037) * m, rtol=1e-6, atol=1e-7)
+        assert torch.allclose(qs[1], x + (-0.037) * d, rtol=1e-6, atol=1e-7)
