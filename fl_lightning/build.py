@@ -108,7 +108,8 @@ def apply_threads(cfg: DictConfig, num_params: int | None = None) -> int:
     t = cfg.trainer.threads
     check_value("trainer.threads", t)
     devices = cfg.trainer.devices
-    n = auto_threads(devices if isinstance(devices, int) else 1, num_params) if t == "auto" else int(t)
+    per_node = (devices if isinstance(devices, int) else 1) * int(cfg.trainer.processes_per_device)
+    n = auto_threads(per_node, num_params) if t == "auto" else int(t)
     if n != torch.get_num_threads():
         torch.set_num_threads(n)
     return n
@@ -161,9 +162,12 @@ def make_fabric(cfg: DictConfig, run_dir: str):
     loggers = make_loggers(cfg)
     t = cfg.trainer
     prec = str(t.precision)
+    strategy, devices = t.get("strategy", "auto"), t.devices
+    if int(t.processes_per_device) > 1:
+        strategy, devices = shared_devices(t)
     try:
-        fabric = Fabric(accelerator=t.accelerator, devices=t.devices, num_nodes=int(t.get("num_nodes", 1)),
-                        strategy=t.get("strategy", "auto"), precision=prec, loggers=loggers)
+        fabric = Fabric(accelerator=t.accelerator, devices=devices, num_nodes=int(t.get("num_nodes", 1)),
+                        strategy=strategy, precision=prec, loggers=loggers)
         set_collective_timeout(fabric.strategy, int(t.get("timeout_s", 300)))
         return fabric
     except (ValueError, TypeError, RuntimeError) as err:  # Fabric's own checks: one line naming the key
@@ -172,6 +176,32 @@ def make_fabric(cfg: DictConfig, run_dir: str):
                     if k in msg), "trainer")
         raise ConfigError(key, f"Lightning Fabric refused it: {msg[:300]}",
                           "see the valid values in conf/config.yaml (trainer:)") from None
+
+
+def shared_devices(t: DictConfig):
+    """``trainer.processes_per_device=P``: a DDP strategy whose process list names each of this node's devices P times
+    (Fabric starts one process per entry and puts each on its entry's device), with gloo collectives (NCCL refuses two
+    processes on one GPU). As pfl-research and the seeds' Ray scripts do: several clients in flight on one GPU, each
+    process training its share of the round's clients. Returns ``(strategy, devices)`` for Fabric."""
+    strategy = str(t.get("strategy", "auto"))
+    if strategy not in ("auto", "ddp"):
+        raise ConfigError("trainer.strategy", f"{strategy} cannot share a device between processes "
+                          f"(trainer.processes_per_device={t.processes_per_device})", "use trainer.strategy=ddp (or auto)")
+    acc = str(t.accelerator)
+    kind = "cuda" if acc in ("cuda", "gpu") or (acc == "auto" and torch.cuda.is_available()) else "cpu"
+    if kind == "cpu" and acc not in ("cpu", "auto"):
+        raise ConfigError("trainer.processes_per_device", f"shares CPUs or CUDA GPUs, not {acc}",
+                          "use trainer.accelerator=cuda or cpu, or trainer.processes_per_device=1")
+    count = torch.cuda.device_count() if kind == "cuda" else 1
+    n = count if t.devices == "auto" else int(t.devices)
+    if kind == "cuda" and n > count:
+        raise ConfigError("trainer.devices", f"{n} GPUs asked for, {count} visible", f"use trainer.devices={count} or fewer")
+    ids = list(range(n))
+    parallel = [torch.device(kind, i) if kind == "cuda" else torch.device("cpu")
+                for i in ids for _ in range(int(t.processes_per_device))]
+    from lightning.fabric.strategies import DDPStrategy  # lightning.fabric is loaded by now (import_fabric)
+
+    return DDPStrategy(parallel_devices=parallel, process_group_backend="gloo"), (ids if kind == "cuda" else n)
 
 
 def available_memory(device: torch.device) -> int | None:

@@ -63,6 +63,8 @@ class Trainer:
     accelerator: str = key("auto", "device kind", "str", choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu"))
     devices: Any = key(1, "processes per node; clients are split across them, uploads all-reduced", "int", 1, 4096,
                        words=("auto",), result=False)
+    processes_per_device: int = key(1, "processes sharing each device (several clients in flight on one GPU; their "
+                                       "collectives go through gloo)", "int", 1, 64, result=False)
     num_nodes: int = key(1, "nodes", "int", 1, 4096, result=False)
     strategy: str = key("auto", "Fabric strategy (ddp when trainer.devices > 1)", "str", result=False)
     precision: str = key("32-true", "numeric precision", "str",

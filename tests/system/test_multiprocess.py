@@ -72,3 +72,20 @@ def test_two_processes_match_one_muon(tmp_path, name):
         b = load_file(str(two / "checkpoints" / "round_000003" / f"{f}.safetensors"))
         assert a.keys() == b.keys() and len(a) > 0
         assert max(float((a[k].double() - b[k].double()).abs().max()) for k in a) < 1e-5, f
+
+
+def test_processes_sharing_one_device_match_one_process(tmp_path):
+    """``trainer.processes_per_device=2``: two processes on the one device (here the CPU; on a GPU both on cuda:0),
+    gloo collectives, clients with persistent state pinned to the process that holds them: the same model as one
+    process up to float summation order."""
+    base = BASE + STATE["persistent"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    p1 = run_cli(base + [f"hydra.run.dir={one}"])
+    p2 = run_cli(base + ["trainer.processes_per_device=2", f"hydra.run.dir={two}"])
+    assert p1.returncode == 0, p1.stderr[-2000:]
+    assert p2.returncode == 0, p2.stderr[-2000:]
+    assert "Starting with 2 processes" in p2.stderr + p2.stdout
+    a = load_file(str(one / "checkpoints" / "round_000003" / "model.safetensors"))
+    b = load_file(str(two / "checkpoints" / "round_000003" / "model.safetensors"))
+    assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+    assert {"clients.rank0.safetensors", "clients.rank1.safetensors"} <= {f.name for f in (two / "checkpoints" / "round_000003").iterdir()}
