@@ -30,6 +30,7 @@ class LoopServices:
             batch = self.cast_floats(batch)
             return loss_fn(self.module, batch) if loss_fn is not None else self.module.training_step(batch, 0)
 
+    @torch.compiler.disable  # a second backward inside a compiled step (trainer.compile) runs eagerly
     def gradient(self, batch: dict, loss_fn=None) -> dict[str, Tensor]:
         """Gradient of the loss on ``batch`` at the module's current weights; leaves ``p.grad`` as it was."""
         saved = {n: p.grad for n, p in self.params.items()}
@@ -59,6 +60,7 @@ class LoopServices:
                 for n, w in current.items():
                     self.params[n].copy_(w)
 
+    @torch.compiler.disable  # a second backward inside a compiled step (trainer.compile) runs eagerly
     def hvp(self, vector: dict[str, Tensor], batch: dict, loss_fn=None) -> dict[str, Tensor]:
         """See :meth:`ClientContext.hvp` (double backward through the loss's graph)."""
         names = list(self.params)

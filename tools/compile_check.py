@@ -9,7 +9,11 @@ process, which would show up as breaks in the next method). The backward is trac
 (``torch._dynamo.config.trace_autograd_ops``, torch ≥ 2.14), as ``trainer.compile`` does; ``--no-trace-backward``
 shows the step as plain ``torch.compile`` sees it (``Tensor.backward()`` a break).
 
+``--run`` also trains each method 2 rounds eagerly and with ``trainer.compile=step`` (backend ``aot_eager``: the
+capture without code generation) and adds the largest relative difference of the global model and the compile counts.
+
     python tools/compile_check.py                      # every method, a markdown table on stdout
+    python tools/compile_check.py --run                # and each method compiled against eager
     python tools/compile_check.py fedavg fedmuon --no-trace-backward
 """
 from __future__ import annotations
@@ -31,7 +35,7 @@ def methods() -> list[str]:
     return sorted(f[:-5] for f in os.listdir(os.path.join(ROOT, "conf", "method")) if f.endswith(".yaml"))
 
 
-def build_loop(method: str, run_dir: str):
+def build_loop(method: str, run_dir: str, extra=()):
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
@@ -40,7 +44,7 @@ def build_loop(method: str, run_dir: str):
 
     register()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"method={method}", *FAST])
+        cfg = compose(config_name="config", overrides=[f"method={method}", *FAST, *extra])
     with open_dict(cfg):
         cfg.run_dir = run_dir
     loop = build(cfg, run_dir)
@@ -77,7 +81,26 @@ def check(method: str) -> dict:
     return {"method": method, "graphs": out.graph_count, "breaks": out.graph_break_count, "reasons": reasons}
 
 
-def one(method: str, trace_backward: bool) -> None:
+def compiled_vs_eager(method: str) -> dict:
+    """2 rounds eager and 2 with ``trainer.compile=step`` (aot_eager): the largest relative difference of the global
+    model (max |a-b| / max |a| over tensors) and the compile counts."""
+    out = {}
+    for mode in ("none", "step"):
+        with tempfile.TemporaryDirectory() as d:
+            loop = build_loop(method, d, ["fl.rounds=2", f"trainer.compile={mode}", "trainer.compile_backend=aot_eager"])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                for r in range(2):
+                    loop.run_round(r)
+            out[mode] = {k: v.detach().clone() for k, v in loop.global_params.items()}
+            if mode == "step":
+                counts = loop.client_step.counts()
+    a, b = out["none"], out["step"]
+    rel = max(float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)) for k in a)
+    return {"rel": rel, **counts}
+
+
+def one(method: str, trace_backward: bool, run: bool = False) -> None:
     """Trace ``method`` in this interpreter and print the result as one JSON line."""
     import json
     import logging
@@ -88,6 +111,8 @@ def one(method: str, trace_backward: bool) -> None:
     dynamo.config.trace_autograd_ops = trace_backward
     try:
         r = check(method)
+        if run:
+            r.update(compiled_vs_eager(method))
     except Exception as err:  # a method the tracer cannot run at all: say so
         r = {"method": method, "error": reason(f"{type(err).__name__}: {err}")}
     print("RESULT " + json.dumps(r), flush=True)
@@ -99,10 +124,11 @@ def main(argv=None) -> int:
     ap.add_argument("--no-trace-backward", dest="trace_backward", action="store_false",
                     help="torch._dynamo.config.trace_autograd_ops = False (Tensor.backward() breaks the graph)")
     ap.add_argument("--trace-backward", dest="trace_backward", action="store_true", help=argparse.SUPPRESS)  # the child
+    ap.add_argument("--run", action="store_true", help="also train 2 rounds eager and compiled (aot_eager) and compare")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child: one method, a JSON line
     args = ap.parse_args(argv)
     if args.one:
-        one(args.methods[0], args.trace_backward)
+        one(args.methods[0], args.trace_backward, args.run)
         return 0
     import json
     import subprocess
@@ -110,19 +136,24 @@ def main(argv=None) -> int:
     import torch
 
     print(f"torch {torch.__version__}, trace_autograd_ops={bool(args.trace_backward)}\n")
-    print("| method | graphs | graph breaks | reasons (first line each) |\n|---|---|---|---|")
+    if args.run:
+        print("| method | graphs | graph breaks | compiled vs eager (rel.) | graphs compiled | recompiles | reasons (first line each) |\n|---|---|---|---|---|---|---|")
+    else:
+        print("| method | graphs | graph breaks | reasons (first line each) |\n|---|---|---|---|")
     whole = 0
     names = args.methods or methods()
     for m in names:
         cmd = [sys.executable, os.path.abspath(__file__), m, "--one", "--trace-backward" if args.trace_backward else "--no-trace-backward"]
+        cmd += ["--run"] if args.run else []
         p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
         r = json.loads(line[len("RESULT "):]) if line else {"error": f"exit {p.returncode}: {reason(p.stderr[-300:] or '?')}"}
         if "error" in r:
-            print(f"| {m} | — | — | tracing failed: {r['error']} |", flush=True)
+            print(f"| {m} | — | — |{' — | — | — |' if args.run else ''} failed: {r['error']} |", flush=True)
             continue
         whole += r["breaks"] == 0
-        print(f"| {m} | {r['graphs']} | {r['breaks']} | {'; '.join(r['reasons']) or 'none: one graph'} |", flush=True)
+        ran = f" {r['rel']:.1e} | {r['compiled_graphs']} | {r['recompiles']} |" if args.run else ""
+        print(f"| {m} | {r['graphs']} | {r['breaks']} |{ran} {'; '.join(r['reasons']) or 'none: one graph'} |", flush=True)
     print(f"\n{whole} of {len(names)} methods' local step is one graph")
     return 0
 
