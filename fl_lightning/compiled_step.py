@@ -10,8 +10,8 @@ module the clients' states are copied into (the loop), and one optimizer object 
 (:func:`fl_lightning.optim.state.reset_in_place`). Numbers that change between clients and steps (step counters,
 a short last batch's size) become symbolic after their first change (Dynamo's automatic dynamic shapes): one
 recompile per run each, not one per client or step. Under an lr schedule the groups' learning rates enter as 0-d
-tensors; a part that computes a float from the round's lr factor inside the step (GlobalAlignment) still
-recompiles once per round.
+tensors, and a part's own scheduled factor is a tensor it makes outside the step (GlobalAlignment's η_r·α, used
+under ``torch.compiler.is_compiling()``; the eager arithmetic is unchanged).
 
 ``step``: the backend's code (``trainer.compile_backend``, inductor by default). ``graphs``: the same replayed as CUDA
 graphs (inductor's ``reduce-overhead``: static input buffers, graph-safe RNG for dropout); CUDA only. Compiled and

@@ -122,16 +122,21 @@ class GlobalAlignment(Part):
         slot = client.slot(self)
         slot.deltas = {n: client.received[self.key(f"DG/{n}")] for n in self.names} if step else {}
         slot.step = step
+        if step:  # η_r·α as a tensor for a compiled step: a float would be a constant, recompiled every round
+            slot.step_t = torch.tensor(-step, dtype=torch.float64, device=client.params[self.names[0]].device)
 
     @torch.no_grad()
     def after_step(self, client: ClientContext) -> None:
         slot = client.slot(self)
-        step = slot.step
-        if not step:
+        if not slot.deltas:
             return
         deltas = slot.deltas
         params = [client.params[n] for n in deltas]
-        torch._foreach_add_(params, [dg.to(p.dtype) for p, dg in zip(params, deltas.values())], alpha=-step)  # p ← p - η_r α Δ_G
+        d = [dg.to(p.dtype) for p, dg in zip(params, deltas.values())]
+        if torch.compiler.is_compiling():  # trainer.compile: the round's η_r·α enters the graph as an input
+            torch._foreach_add_(params, torch._foreach_mul(d, slot.step_t))
+        else:
+            torch._foreach_add_(params, d, alpha=-slot.step)  # p ← p - η_r α Δ_G
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         if self.server_local_steps_known():
