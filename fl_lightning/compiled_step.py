@@ -25,6 +25,13 @@ from typing import Callable
 log = logging.getLogger("fl_lightning")
 
 MODES = ("none", "step", "graphs")
+_CURRENT: "CompiledStep | None" = None  # the compiled step whose calls count the compilations Dynamo starts
+
+
+def _on_compile(args) -> None:
+    step = _CURRENT
+    if step is not None and step._active and args.callback_trigger.name == "DYNAMO":
+        step._ids.add(str(args.compile_id).split("_")[0])  # "frame/compile" (a retried attempt counts once)
 
 
 class CompiledStep:
@@ -48,11 +55,10 @@ class CompiledStep:
         kwargs = {"mode": "reduce-overhead"} if mode == "graphs" else {}
         self._fn = torch.compile(step_fn, backend=backend, **kwargs)
         self._dynamo = torch._dynamo
-        callback.callback_handler.register_start_callback(self._on_compile)
-
-    def _on_compile(self, args) -> None:
-        if self._active and args.callback_trigger.name == "DYNAMO":
-            self._ids.add(str(args.compile_id).split("_")[0])  # "frame/compile" (a retried attempt counts once)
+        global _CURRENT
+        if _CURRENT is None:  # one callback per process, counting for the newest compiled step
+            callback.callback_handler.register_start_callback(_on_compile)
+        _CURRENT = self
 
     @staticmethod
     def _lr_tensors(optimizer) -> None:

@@ -14,7 +14,7 @@ LAYERS = [
     {"codecs", "optim", "data", "checkpoint", "client_store", "recorder", "progress", "report"},
     {"server_opt", "models"},
     {"strategies"},
-    {"loop", "services"},
+    {"loop", "services", "compiled_step"},
     {"build"},
     {"cli", "run_dir"},
 ]
