@@ -107,6 +107,8 @@ class FederatedLoop:
         self.model_bits = sum(v.numel() * v.element_size() * 8 for v in self.global_params.values())
         # the step every client takes: local_step itself, or compiled once for the run (trainer.compile)
         self.client_step = compile_step(self.local_step) if compile_step is not None else self.local_step
+        if compile_step is not None:
+            self.services.eager_under_compile()
         self.round = 0  # rounds completed
         self._stop_signal: int | None = None
         self._first_round = -1  # the round this invocation started at (set by run)

@@ -16,14 +16,12 @@ def purpose_id(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-@torch.compiler.disable  # numpy's uint64 hashing, run as Python even inside a compiled step (trainer.compile)
 def derive(seed: int, *ids: int) -> int:
     """A 63-bit seed derived from ``seed`` and ``ids`` (numpy SeedSequence hashing)."""
     return int(np.random.SeedSequence([int(seed), *map(int, ids)]).generate_state(2, dtype=np.uint32).astype(np.uint64)
                .dot(np.array([1 << 31, 1], dtype=np.uint64)) & ((1 << 63) - 1))
 
 
-@torch.compiler.disable  # a new torch.Generator: outside any compiled graph
 def generator(seed: int, *ids: int, device="cpu") -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed(derive(seed, *ids))

@@ -30,7 +30,6 @@ class LoopServices:
             batch = self.cast_floats(batch)
             return loss_fn(self.module, batch) if loss_fn is not None else self.module.training_step(batch, 0)
 
-    @torch.compiler.disable  # a second backward inside a compiled step (trainer.compile) runs eagerly
     def gradient(self, batch: dict, loss_fn=None) -> dict[str, Tensor]:
         """Gradient of the loss on ``batch`` at the module's current weights; leaves ``p.grad`` as it was."""
         saved = {n: p.grad for n, p in self.params.items()}
@@ -60,7 +59,6 @@ class LoopServices:
                 for n, w in current.items():
                     self.params[n].copy_(w)
 
-    @torch.compiler.disable  # a second backward inside a compiled step (trainer.compile) runs eagerly
     def hvp(self, vector: dict[str, Tensor], batch: dict, loss_fn=None) -> dict[str, Tensor]:
         """See :meth:`ClientContext.hvp` (double backward through the loss's graph)."""
         names = list(self.params)
@@ -74,6 +72,14 @@ class LoopServices:
         """The gradient at the current weights on a fresh minibatch of client ``cid`` (its (seed, client, round)
         extra stream)."""
         return self.gradient(self.data.extra_batch(cid, r, self.device))
+
+    def eager_under_compile(self) -> None:
+        """``trainer.compile``: what a part asks for inside the compiled step runs eagerly, outside the graph: a second
+        backward (``gradient``, ``gradient_at``, ``extra_gradient``, ``hvp``; Dynamo fails to resume after one) and a
+        seeded generator (numpy's uint64 seed hashing, a new ``torch.Generator``). Done here, for this object, and
+        not with decorators: ``torch.compiler.disable`` loads torch._dynamo (~2 s) when it decorates."""
+        for name in ("gradient", "hvp", "client_rng"):
+            setattr(self, name, torch.compiler.disable(getattr(self, name)))
 
     def client_rng(self, purpose: str, cid: int, r: int) -> torch.Generator:
         return seeding.generator(self.seed, seeding.CLIENT_PART, seeding.purpose_id(purpose), cid, r, device=self.device)
