@@ -37,13 +37,13 @@ def build_strategy(cfg, key: str = "method") -> Strategy:
         part.config_key = f"{key}.parts.{name}"
         parts[name] = part
     for name, part in parts.items():  # a part that reads another part's state names it (FedSMU-M's momentum_of)
-        other = getattr(part, "momentum_of", None)
-        if other is not None and other not in parts:
-            from ..config import qualify
+        for arg, other in part.reads_parts().items():
+            if other not in parts:
+                from ..config import qualify
 
-            raise qualify(ConfigError("momentum_of", f"names no part of this method ({other!r})",
-                                      f"use one of {', '.join(parts)} (e.g. aggregation)"),
-                          f"{key}.parts.{name}", _root(cfg))
+                raise qualify(ConfigError(arg, f"names no part of this method ({other!r})",
+                                          f"use one of {', '.join(parts)} (e.g. aggregation)"),
+                              f"{key}.parts.{name}", _root(cfg))
     return Strategy(cfg.name, parts, grad_clip=cfg.get("grad_clip"))
 
 

@@ -208,6 +208,13 @@ class Part:
         return {}
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float] | None: ...
 
+    provides_optimizer: bool = False  # True: the part that builds client.optimizer (the strategy's required slot)
+
+    def reads_parts(self) -> dict[str, str]:
+        """The other parts whose state this one reads, ``{its argument: the part's name}`` (FedSMU-M's ``momentum_of``),
+        checked when the method is built."""
+        return {}
+
     uses_idle_clients: bool = False  # True: the loop calls client_idle for every owned client not sampled this round
     def client_idle(self, client: ClientContext) -> None:
         """A client that was not sampled (no training, no upload) may still update its state from the received
@@ -252,7 +259,7 @@ class Strategy:
 
     def optimizer_part(self) -> Part:
         """The required slot: the one part that builds ``client.optimizer`` (``provides_optimizer = True``)."""
-        found = [p for p in self.parts if getattr(p, "provides_optimizer", False)]
+        found = [p for p in self.parts if p.provides_optimizer]
         if len(found) != 1:
             raise ConfigError("method.parts", f"method {self.name!r} has {len(found)} local-optimizer parts, needs one",
                               "add local_optimizer: {_target_: fl_lightning.strategies.parts.LocalOptimizer, "

@@ -209,3 +209,13 @@ def test_auto_threads_give_a_small_model_one_thread(monkeypatch):
     monkeypatch.setattr(threads, "others_running", lambda: 0)
     assert threads.auto_threads(1, num_params=53_002) == 1
     assert threads.auto_threads(1, num_params=11_000_000) == 8 and threads.auto_threads(1) == 8
+
+
+def test_a_part_that_reads_another_names_one_of_the_methods_parts(tmp_path):
+    """Parts declare the other parts whose state they read (``Part.reads_parts``); a name that is not a part of the
+    method is one line naming the full key."""
+    from tests.helpers.cli import FAST, build_error
+
+    msg = build_error(FAST + ["method=fedsmum", "method.parts.completion.momentum_of=nope"], tmp_path)
+    assert msg.startswith("config error: method.parts.completion.momentum_of: names no part of this method ('nope')")
+    assert "aggregation" in msg

@@ -37,6 +37,9 @@ class MomentumCompletion(Part):
         self.s = self.g1 if scale == "gamma1" else 1.0
         self.momentum_of = momentum_of
 
+    def reads_parts(self) -> dict[str, str]:
+        return {"momentum_of": self.momentum_of}
+
     def setup(self, server: ServerContext) -> None:
         self.server = server
         self.model_bits = sum(t.numel() * t.element_size() * 8 for t in server.global_params.values())

@@ -20,6 +20,9 @@ class SharedMomentum(Part):
         self.momentum_of = momentum_of
         self.M: dict[str, Tensor] = {}
 
+    def reads_parts(self) -> dict[str, str]:
+        return {"momentum_of": self.momentum_of}
+
     def setup(self, server: ServerContext) -> None:
         self.M = {n: torch.zeros(server.global_params[n].shape, device=server.device,
                                  dtype=torch.promote_types(server.global_params[n].dtype, torch.float32))
