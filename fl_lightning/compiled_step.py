@@ -56,9 +56,9 @@ class CompiledStep:
         self._fn = torch.compile(step_fn, backend=backend, **kwargs)
         self._dynamo = torch._dynamo
         global _CURRENT
-        if _CURRENT is None:  # one callback per process, counting for the newest compiled step
+        _CURRENT = self  # one callback per process, counting for the newest compiled step (reset() drops callbacks)
+        if _on_compile not in callback.callback_handler.start_callbacks:
             callback.callback_handler.register_start_callback(_on_compile)
-        _CURRENT = self
 
     @staticmethod
     def _lr_tensors(optimizer) -> None:

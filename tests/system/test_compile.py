@@ -61,7 +61,7 @@ def test_a_scheduled_lr_is_an_input_of_the_graph_not_a_recompile_per_round(metho
     early = loop.client_step.counts()
     for r in range(2, 5):
         loop.run_round(r)
-    assert loop.client_step.counts() == early
+    assert early["compiled_graphs"] >= 1 and loop.client_step.counts() == early
     assert _rel(eager, {k: v.detach() for k, v in loop.global_params.items()}) <= 1e-5
 
 
@@ -86,7 +86,7 @@ def test_compiles_stay_bounded_over_clients_rounds_refreshes_and_short_batches(t
     early = loop.client_step.counts()
     for r in range(3, 6):
         loop.run_round(r)
-    assert loop.client_step.counts() == early, (early, loop.client_step.counts())
+    assert early["compiled_graphs"] >= 1 and loop.client_step.counts() == early, (early, loop.client_step.counts())
     assert early["recompiles"] <= 12, early  # each a number or size seen changing once, then symbolic
 
 

@@ -67,6 +67,8 @@ class GlobalAlignment(Part):
         self.DG: dict[str, Tensor] = {}
 
     # ------------------------------------------------------------------ server side
+    scheduled = False  # η_r changes between rounds (set at setup)
+
     def setup(self, server: ServerContext) -> None:
         self.server = server
         self.names = list(server.trainable)
@@ -74,6 +76,8 @@ class GlobalAlignment(Part):
         self.G0: dict[str, Tensor] = {}
         if self.init == "grad":
             self.G0 = mean_probe_gradient(self, server, self.names)[0]
+        # a schedule that changes η_r between rounds: a compiled step takes η_r·α as a tensor (else a float constant)
+        self.scheduled = len({self._lr_factor(r) for r in range(server.rounds)}) > 1
 
     def _lr_factor(self, r: int) -> float:
         return float(self.server.lr_factor(r)) if self.server.lr_factor is not None else 1.0
@@ -122,7 +126,8 @@ class GlobalAlignment(Part):
         slot = client.slot(self)
         slot.deltas = {n: client.received[self.key(f"DG/{n}")] for n in self.names} if step else {}
         slot.step = step
-        if step:  # η_r·α as a tensor for a compiled step: a float would be a constant, recompiled every round
+        slot.step_t = None  # η_r·α as a tensor for a compiled step under a schedule: a float would be a constant,
+        if step and self.scheduled:  # recompiled every round
             slot.step_t = torch.tensor(-step, dtype=torch.float64, device=client.params[self.names[0]].device)
 
     @torch.no_grad()
@@ -133,7 +138,7 @@ class GlobalAlignment(Part):
         deltas = slot.deltas
         params = [client.params[n] for n in deltas]
         d = [dg.to(p.dtype) for p, dg in zip(params, deltas.values())]
-        if torch.compiler.is_compiling():  # trainer.compile: the round's η_r·α enters the graph as an input
+        if slot.step_t is not None and torch.compiler.is_compiling():  # trainer.compile: η_r·α an input of the graph
             torch._foreach_add_(params, torch._foreach_mul(d, slot.step_t))
         else:
             torch._foreach_add_(params, d, alpha=-slot.step)  # p ← p - η_r α Δ_G
