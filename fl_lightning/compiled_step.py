@@ -19,6 +19,7 @@ eager runs agree up to float summation order (tests/system/test_compile.py), not
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Callable
 
@@ -82,10 +83,17 @@ class CompiledStep:
             self._lr_tensors(client.optimizer)
         self._active = True
         try:
-            with self._dynamo.config.patch(trace_autograd_ops=True):
+            with self._trace_backward():
                 return self._fn(client, batch, k)
         finally:
             self._active = False
+
+    def _trace_backward(self):
+        """Dynamo traces the backward into the step's graph (torch ≥ 2.14); an older torch has no such switch and
+        breaks the graph at ``backward()`` instead (the same numbers, more graphs)."""
+        if hasattr(self._dynamo.config, "trace_autograd_ops"):
+            return self._dynamo.config.patch(trace_autograd_ops=True)
+        return contextlib.nullcontext()
 
     def counts(self) -> dict[str, int]:
         """``compiled_graphs``: compilations of a frame of the step (the first of each frame and its recompiles);
