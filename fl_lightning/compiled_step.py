@@ -19,7 +19,6 @@ eager runs agree up to float summation order (tests/system/test_compile.py), not
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Callable
 
@@ -89,11 +88,15 @@ class CompiledStep:
             self._active = False
 
     def _trace_backward(self):
-        """Dynamo traces the backward into the step's graph (torch ≥ 2.14); an older torch has no such switch and
-        breaks the graph at ``backward()`` instead (the same numbers, more graphs)."""
+        """Dynamo traces the backward into the step's graph (torch ≥ 2.14). An older torch has no such switch and
+        breaks the graph at ``backward()`` instead (the same numbers, more graphs); its inductor also fails an
+        assertion in ``Scheduler.reorder_loops_by_dep_pair`` on FedMuon's ViT-Tiny step on CUDA (seen with torch
+        2.11 on an H100; 2.14 returns there instead of asserting), so there loops are not reordered after fusion."""
         if hasattr(self._dynamo.config, "trace_autograd_ops"):
             return self._dynamo.config.patch(trace_autograd_ops=True)
-        return contextlib.nullcontext()
+        import torch._inductor.config as inductor_config
+
+        return inductor_config.patch(loop_ordering_after_fusion=False)
 
     def counts(self) -> dict[str, int]:
         """``compiled_graphs``: compilations of a frame of the step (the first of each frame and its recompiles);

@@ -90,8 +90,13 @@ def timed(args: list[str], run_dir: str, gpu: bool) -> dict:
                        cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t
     peak = mem.stop() if mem else None
-    if p.returncode != 0:
-        return {"error": p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"}
+    if p.returncode != 0:  # the whole stderr beside the run; in the row, the error's own lines, not Dynamo's advice
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, "stderr.txt"), "w") as f:
+            f.write(p.stderr)
+        lines = [x for x in p.stderr.strip().splitlines() if x.strip() and "TORCHDYNAMO_VERBOSE" not in x
+                 and "TORCH_LOGS" not in x]
+        return {"error": " | ".join(lines[-6:]) if lines else f"exit {p.returncode}"}
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
     train = s["round_end_unix"][-1] - s["loop_start_unix"]  # the rounds without the evaluation after the last one
