@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from .schema import all_keys
+from .schema import all_keys, bounds
 
 
 def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:
@@ -20,7 +20,7 @@ def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:
         if m["choices"]:
             kind = " | ".join(m["choices"])
         if m["low"] is not None or m["high"] is not None:
-            kind += f" in [{m['low']}, {'∞' if m['high'] is None else m['high']}]"
+            kind += " " + bounds(m)
         if m["nullable"]:
             kind += " | null"
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()

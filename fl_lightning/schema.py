@@ -17,6 +17,7 @@ import dataclasses
 import difflib
 import re
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -26,126 +27,147 @@ from .errors import ConfigError
 from .ranges import Betas, Fraction, NonNegative, OneOf, Positive, Range  # noqa: F401
 
 
-def key(default, help: str, kind: str, low=None, high=None, words=(), choices=(), nullable=False,  # noqa: A002
-        example: str = "", result: bool = True):
-    """A schema field: ``kind`` int | float | bool | str | path; ``low``/``high`` inclusive bounds; ``words`` accepted
-    besides numbers (``auto``); ``choices`` the only accepted strings; ``nullable`` accepts null; ``result``: whether
+# Annotations name a field's type; these three are for what OmegaConf cannot type itself (it has no union of
+# primitives): to OmegaConf they are str and Any, to :func:`check` they say what to accept.
+Path = str  # a file or folder name
+IntOrAuto = Any  # a whole number, or one of the field's ``words`` (auto)
+Table = Any  # a mapping (key: value, ...)
+_KINDS = {"int": "int", "float": "float", "bool": "bool", "str": "str", "Path": "path", "IntOrAuto": "int",
+          "Table": "table"}
+
+
+def key(default, help: str, low=None, high=None, words=(), choices=(), example: str = "",  # noqa: A002
+        result: bool = True, open_low: bool = False):
+    """A schema field; its annotation is its type (``Optional[...]``: null accepted). ``low``/``high`` inclusive
+    bounds (``open_low``: the low one excluded); ``words`` accepted besides numbers (``auto``); ``choices`` the only accepted strings; ``result``: whether
     the key changes what a run computes (False: where output goes, how it is shown, saved, resumed or spread over
     processes; :func:`not_result_keys`)."""
-    meta = dict(help=help, kind=kind, low=low, high=high, words=tuple(words), choices=tuple(choices),
-                nullable=nullable, example=example or str(default), result=result)
+    meta = dict(help=help, low=low, high=high, words=tuple(words), choices=tuple(choices),
+                example=example or str(default), result=result, open_low=open_low)
     return field(default=default, metadata=meta)
 
 
+def typed(cls):
+    """Complete each field's metadata from its annotation (written as source text, ``from __future__ import
+    annotations``): ``kind`` int | float | bool | str | path | table, and ``nullable`` for ``Optional[...]``."""
+    for f in dataclasses.fields(cls):
+        if f.metadata:
+            ann = str(f.type)
+            nullable = ann.startswith("Optional[")
+            base = ann[len("Optional["):-1] if nullable else ann
+            if base not in _KINDS:
+                raise TypeError(f"schema field {cls.__name__}.{f.name}: annotation {ann!r} is none of {sorted(_KINDS)}")
+            f.metadata = MappingProxyType({**f.metadata, "kind": _KINDS[base], "nullable": nullable})
+    return cls
+
+
+@typed
 @dataclass
 class FL:
     """The federation: clients, sampling, rounds and local work."""
 
-    num_clients: Any = key(16, "clients in the federation (auto: as many as the partition's natural groups)", "int",
+    num_clients: IntOrAuto = key(16, "clients in the federation (auto: as many as the partition's natural groups)",
                            1, 10**7, words=("auto",))
     clients_per_round: int = key(8, "clients sampled each round, uniformly without replacement, seeded by "
-                                    "(seed, round)", "int", 1, 10**7)
-    rounds: int = key(40, "communication rounds", "int", 1, 10**9)
-    local_steps: Optional[int] = key(10, "K local steps per round (null: train by fl.local_epochs)", "int", 1, 10**6,
-                                     nullable=True)
-    local_epochs: Optional[int] = key(None, "E local epochs per round instead of K steps", "int", 1, 10**6,
-                                      nullable=True, example="1")
-    eval_every: int = key(1, "evaluate the global model every N rounds (and after the last)", "int", 1, 10**9, result=False)
-    lr_schedule: str = key("constant", "learning-rate schedule over rounds", "str", choices=("constant", "cosine"))
-    lr_min_factor: float = key(0.0, "the cosine schedule's final lr as a fraction of the initial", "float", 0.0, 1.0)
-    warmup_rounds: int = key(0, "rounds of linear lr warm-up (fewer than fl.rounds)", "int", 0, 10**9)
+                                    "(seed, round)", 1, 10**7)
+    rounds: int = key(40, "communication rounds", 1, 10**9)
+    local_steps: Optional[int] = key(10, "K local steps per round (null: train by fl.local_epochs)", 1, 10**6)
+    local_epochs: Optional[int] = key(None, "E local epochs per round instead of K steps", 1, 10**6, example="1")
+    eval_every: int = key(1, "evaluate the global model every N rounds (and after the last)", 1, 10**9, result=False)
+    lr_schedule: str = key("constant", "learning-rate schedule over rounds", choices=("constant", "cosine"))
+    lr_min_factor: float = key(0.0, "the cosine schedule's final lr as a fraction of the initial", 0.0, 1.0)
+    warmup_rounds: int = key(0, "rounds of linear lr warm-up (fewer than fl.rounds)", 0, 10**9)
 
 
+@typed
 @dataclass
 class Trainer:
     """Lightning Fabric: device, processes, precision."""
 
-    accelerator: str = key("auto", "device kind", "str", choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu"))
-    devices: Any = key(1, "processes per node; clients are split across them, uploads all-reduced", "int", 1, 4096,
+    accelerator: str = key("auto", "device kind", choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu"))
+    devices: IntOrAuto = key(1, "processes per node; clients are split across them, uploads all-reduced", 1, 4096,
                        words=("auto",), result=False)
     processes_per_device: int = key(1, "processes sharing each device (several clients in flight on one GPU; their "
-                                       "collectives go through gloo)", "int", 1, 64, result=False)
-    num_nodes: int = key(1, "nodes", "int", 1, 4096, result=False)
-    strategy: str = key("auto", "Fabric strategy (ddp when trainer.devices > 1)", "str", result=False)
-    precision: str = key("32-true", "numeric precision", "str",
+                                       "collectives go through gloo)", 1, 64, result=False)
+    num_nodes: int = key(1, "nodes", 1, 4096, result=False)
+    strategy: str = key("auto", "Fabric strategy (ddp when trainer.devices > 1)", result=False)
+    precision: str = key("32-true", "numeric precision",
                          choices=("32-true", "32", "64-true", "bf16-mixed", "bf16-true", "16-true", "16-mixed"))
-    progress: bool = key(True, "a progress bar on the terminal", "bool", result=False)
+    progress: bool = key(True, "a progress bar on the terminal", result=False)
     requeue: bool = key(True, "under Slurm, a SIGUSR1 stop (checkpoint after the round) requeues the job "
-                              "(scontrol requeue; resume=auto continues it)", "bool", result=False)
-    threads: Any = key("auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)",
-                       "int", 1, 4096, words=("auto",), result=False)
+                              "(scontrol requeue; resume=auto continues it)", result=False)
+    threads: IntOrAuto = key("auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)", 1, 4096, words=("auto",), result=False)
     compile: str = key("none", "the local step through torch.compile, compiled once per run for every client "
-                               "(step; graphs: replayed as CUDA graphs, CUDA only; none: eager)", "str",
+                               "(step; graphs: replayed as CUDA graphs, CUDA only; none: eager)",
                        choices=("none", "step", "graphs"), result=False)
     compile_backend: str = key("inductor", "torch.compile's backend for trainer.compile (aot_eager: no code "
-                                           "generation, to debug)", "str", choices=("inductor", "aot_eager", "eager"),
+                                           "generation, to debug)", choices=("inductor", "aot_eager", "eager"),
                                result=False)
     timeout_s: int = key(300, "seconds a process waits for the others (start-up, each collective) before it stops "
-                              "with one line naming the rank that is gone (torch's default: 1800)", "int", 5, 86400, result=False)
+                              "with one line naming the rank that is gone (torch's default: 1800)", 5, 86400, result=False)
 
 
+@typed
 @dataclass
 class Checkpoint:
     """When and how checkpoints are written (never what a run computes)."""
 
     every: int = key(1, "rounds between checkpoints (one is always written at the end and on SIGINT/SIGTERM/"
-                        "SIGUSR1)", "int", 1, 10**9, result=False)
-    keep_last: int = key(2, "checkpoints kept", "int", 1, 10**6, result=False)
+                        "SIGUSR1)", 1, 10**9, result=False)
+    keep_last: int = key(2, "checkpoints kept", 1, 10**6, result=False)
     background_mb: int = key(512, "write a checkpoint behind the next round when its changed client states are at "
-                                  "most this many MB (0: before it; one process only)", "int", 0, 10**9, result=False)
+                                  "most this many MB (0: before it; one process only)", 0, 10**9, result=False)
     compact: float = key(0.25, "rewrite the client states left in an older checkpoint file once at most this "
-                               "fraction of its clients is still referred to (0: never)", "float", 0.0, 1.0, result=False)
+                               "fraction of its clients is still referred to (0: never)", 0.0, 1.0, result=False)
 
 
+@typed
 @dataclass
 class Store:
     """Where client states live between rounds."""
 
-    offload_dir: Optional[str] = key(None, "put client states in safetensors files here instead of CPU memory",
-                                     "path", nullable=True, example="/scratch/clients", result=False)
+    offload_dir: Optional[Path] = key(None, "put client states in safetensors files here instead of CPU memory", example="/scratch/clients", result=False)
 
 
+@typed
 @dataclass
 class DataKeys:
     """Keys every dataset builder takes (checked here as well as by the builder)."""
 
-    batch_size: int = key(32, "training minibatch size", "int", 1, 10**7)
-    eval_batch_size: int = key(1024, "evaluation batch size", "int", 1, 10**8)
-    on_device: bool = key(True, "keep the dataset's tensors on the device", "bool")
+    batch_size: int = key(32, "training minibatch size", 1, 10**7)
+    eval_batch_size: int = key(1024, "evaluation batch size", 1, 10**8)
+    on_device: bool = key(True, "keep the dataset's tensors on the device")
     val_fraction: float = key(0.0, "fraction of the training pool held out (seeded, before partitioning) as a "
-                                   "validation set, logged as val_* at every evaluation (0: none)", "float", 0.0, 0.9,
+                                   "validation set, logged as val_* at every evaluation (0: none)", 0.0, 0.9,
                               example="0.1")
 
 
+@typed
 @dataclass
 class Root:
     """A run: the groups above, the config groups (method, model, data, optimizer, server_opt, logger) and the
     controls."""
 
-    seed: int = key(0, "seed of everything (sampling, partitions, initialisation, minibatch order)", "int", 0, 2**32 - 1)
+    seed: int = key(0, "seed of everything (sampling, partitions, initialisation, minibatch order)", 0, 2**32 - 1)
     fl: FL = field(default_factory=FL)
     trainer: Trainer = field(default_factory=Trainer)
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
     store: Store = field(default_factory=Store)
-    resume: Optional[str] = key(None, "a run directory: continue from its last checkpoint (auto: this run's own "
-                                "directory if it holds one, else start fresh)", "path", nullable=True, words=("auto",),
+    resume: Optional[Path] = key(None, "a run directory: continue from its last checkpoint (auto: this run's own "
+                                "directory if it holds one, else start fresh)", words=("auto",),
                                 example="outputs/DATE/TIME", result=False)
-    force_resume: bool = key(False, "resume even if the result-relevant config differs", "bool", result=False)
-    overwrite: bool = key(False, "a new run into a directory holding another run's checkpoints replaces it", "bool", result=False)
-    stop_after_rounds: Optional[int] = key(None, "run at most this many rounds now, checkpoint, exit", "int", 1, 10**9,
-                                           nullable=True, example="10", result=False)
-    run_dir: Optional[str] = key(None, "the run directory (Hydra's output directory)", "path", nullable=True, result=False)
-    tables: Any = key(None, "lookup tables an experiment's interpolations read (e.g. glue_lora's per-method lrs)",
-                      "table", nullable=True, example="{name: value}")
+    force_resume: bool = key(False, "resume even if the result-relevant config differs", result=False)
+    overwrite: bool = key(False, "a new run into a directory holding another run's checkpoints replaces it", result=False)
+    stop_after_rounds: Optional[int] = key(None, "run at most this many rounds now, checkpoint, exit", 1, 10**9, example="10", result=False)
+    run_dir: Optional[Path] = key(None, "the run directory (Hydra's output directory)", result=False)
+    tables: Optional[Table] = key(None, "lookup tables an experiment's interpolations read (e.g. glue_lora's per-method lrs)", example="{name: value}")
     objective: Optional[str] = key(None, "the metric whose final value train.py returns to a Hydra sweeper that "
-                                   "searches (hydra/sweeper=optuna), e.g. val_acc (null: the primary metric)", "str",
-                                   nullable=True, example="val_acc", result=False)
-    label: Optional[str] = key(None, "the run's name in reports (an experiment's arm, conf/arm/, sets it)", "str",
-                               nullable=True, example="FedPAC-SOAP, beta 0.9", result=False)
-    paper: Any = key(None, "the paper's numbers and claims for an experiment's cells, shown by fl-report beside the "
+                                   "searches (hydra/sweeper=optuna), e.g. val_acc (null: the primary metric)", example="val_acc", result=False)
+    label: Optional[str] = key(None, "the run's name in reports (an experiment's arm, conf/arm/, sets it)", example="FedPAC-SOAP, beta 0.9", result=False)
+    paper: Optional[Table] = key(None, "the paper's numbers and claims for an experiment's cells, shown by fl-report beside the "
                      "rows of the runs that carry it (source, metric, key: the run metric compared, unit: '%' | "
                      "fraction | null, cells: [{KEY: VALUE, value: X}], ordering, claims; fl_lightning/report/"
-                     "paper.py)", "table", nullable=True,
+                     "paper.py)",
                      example="{source: 'seed 002, Table 2', key: test_acc, unit: '%', cells: []}", result=False)
     # config groups: their keys are their targets' arguments (checked by instantiate) and the method's own knobs
     method: Any = None
@@ -162,8 +184,16 @@ GROUPS = {"fl": FL, "trainer": Trainer, "checkpoint": Checkpoint, "store": Store
 TARGET_GROUPS = tuple(f.name for f in dataclasses.fields(Root) if not f.metadata and f.name not in GROUPS)
 OPTIONAL_GROUPS = ("experiment", "arm")
 CONFIG_GROUPS = (*TARGET_GROUPS, *OPTIONAL_GROUPS)
-METHOD_KEYS = {"grad_clip": key(None, "max-norm gradient clipping before each local step (null: none)", "float",
-                                0.0, None, nullable=True, example="1.0")}
+
+
+@typed
+@dataclass
+class MethodKeys:
+    """The method's keys that are not a part's or optimizer's argument."""
+
+    grad_clip: Optional[float] = key(None, "max-norm gradient clipping before each local step (null: none)", 0, None,
+                                     example="1.0", open_low=True)
+
 
 
 def register() -> None:
@@ -193,7 +223,7 @@ def all_keys() -> dict[str, dataclasses.Field]:
     for g, cls in GROUPS.items():
         out.update({f"{g}.{n}": f for n, f in fields_of(cls).items()})
     out.update({f"data.{n}": f for n, f in fields_of(DataKeys).items()})
-    out.update({f"method.{n}": f for n, f in METHOD_KEYS.items()})
+    out.update({f"method.{n}": f for n, f in fields_of(MethodKeys).items()})
     return out
 
 
@@ -403,9 +433,6 @@ def rules(cfg: DictConfig) -> None:
     if str(cfg.trainer.precision) == "16-mixed":
         raise ConfigError("trainer.precision", "fp16 mixed precision needs a grad scaler that per-client optimizers do "
                           "not share", "use bf16-mixed")
-    clip = OmegaConf.select(cfg, "method.grad_clip", default=None)
-    if clip is not None and not clip > 0:
-        raise ConfigError("method.grad_clip", f"must be > 0 or null, got {clip}", "set method.grad_clip=null")
     objective = cfg.get("objective")
     if objective is not None and str(objective).startswith("val_") and not OmegaConf.select(
             cfg, "data.val_fraction", default=0):
