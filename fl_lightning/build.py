@@ -23,7 +23,8 @@ from .client_store import ClientStateStore
 from .compiled_step import CompiledStep
 from .errors import ConfigError
 from .recorder import RunRecorder
-from .schema import check_value, not_result_keys, rules
+from .schema import not_result_keys
+from .schema_check import check_value, rules
 
 log = logging.getLogger("fl_lightning")
 
@@ -32,12 +33,12 @@ _NOT_RESULT_GROUPS = ("hydra", "logger")
 
 
 def validate(cfg: DictConfig, checked: bool = False) -> None:
-    """The schema's checks and rules (:func:`fl_lightning.schema.check`; ``checked``: the CLI ran them already, before
+    """The schema's checks and rules (:func:`fl_lightning.schema_check.check`; ``checked``: the CLI ran them already, before
     torch was imported), the ``_target_`` nodes' keys against their constructors
     (:func:`fl_lightning.config_args.check_targets`), then what needs torch: a GPU asked for is there."""
     from .config_args import check_targets
     from .data import FEDERATION_KEYS
-    from .schema import check
+    from .schema_check import check
 
     if not checked:
         check(cfg)
@@ -258,7 +259,7 @@ def _check_launcher(fabric) -> None:
 
 def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False):
     """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``).
-    ``checked``: :func:`fl_lightning.schema.check` already ran on ``cfg`` (the CLI does, before torch is imported)."""
+    ``checked``: :func:`fl_lightning.schema_check.check` already ran on ``cfg`` (the CLI does, before torch is imported)."""
     from .data import build_federated_data
     from .loop import FederatedLoop, LoopConfig
     from .models import build_model

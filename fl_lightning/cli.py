@@ -74,7 +74,7 @@ def prepare(argv: list[str], conf_dir: str) -> list[str]:
     each), and for ``resume=DIR`` the run's saved overrides put under the new ones, so that Hydra composes the
     resumed run's config once (a key only the resumed run has, e.g. ``model.net.pretrained_path``, is accepted).
     Returns the overrides to compose."""
-    from .schema import check_overrides, check_resume
+    from .schema_check import check_overrides, check_resume
 
     check_groups(argv, conf_dir)
     argv = [a for a in argv if a.lstrip("+") not in (f"{g}=null" for g in OPTIONAL_GROUPS)]  # already none
@@ -112,7 +112,7 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
         try:
             from hydra import compose, initialize_config_dir
 
-            from .schema import closest_key
+            from .schema_check import closest_key
 
             rest = [a for a in argv if _okey(a) != name and not a.startswith("hydra.")]
             with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
@@ -162,7 +162,7 @@ def main(hydra_main, argv: list[str], conf_dir: str) -> None:
 
 def flag(cfg: DictConfig, key: str, default: bool = False) -> bool:
     """A boolean setting, strictly: true/false (``force_resume=no`` is an error, not a yes)."""
-    from .schema import check_value
+    from .schema_check import check_value
 
     v = OmegaConf.select(cfg, key, default=None)
     if v is None:
@@ -301,7 +301,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     asked = cfg.get("resume")  # as typed (auto, a directory or none): what a requeued job's command will do
     loop = None
     try:
-        from .schema import check
+        from .schema_check import check
 
         check(cfg, _task_overrides())  # every schema key and rule, before torch is imported (once: see build)
         from .build import build

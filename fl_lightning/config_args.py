@@ -28,7 +28,7 @@ _KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
 def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     """What :func:`check_targets` checks of an argument from its type hint: the schema's field metadata (kind, range,
-    choices, nullable; :func:`fl_lightning.schema.problem`), plus for a list argument ``items`` (the metadata of one
+    choices, nullable; :func:`fl_lightning.schema_check.problem`), plus for a list argument ``items`` (the metadata of one
     item), ``length`` (a ``tuple[float, float]``'s 2) and ``scalar`` (``int | list[int]``: one value accepted too).
     The range comes from ``typing.Annotated`` markers (:class:`~fl_lightning.ranges.Range`,
     :class:`~fl_lightning.ranges.OneOf`). None for a hint it does not understand (its constructor checks it)."""
@@ -87,7 +87,7 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
 
 def arg_problem(meta: dict, value) -> str | None:
     """What is wrong with ``value`` for an argument described by :func:`arg_meta` (None: nothing)."""
-    from .schema import problem
+    from .schema_check import problem
 
     if meta["kind"] != "list" or value is None or (isinstance(value, str) and value in meta["words"]):
         return problem(meta, value)
@@ -107,7 +107,7 @@ def arg_problem(meta: dict, value) -> str | None:
 
 def _describe(meta: dict) -> str:
     """``an int in [1, 65536]``, ``a list of 2 floats in [0, 1)``, ``one of mean, n_minus_s``: the valid values."""
-    from .schema import bounds
+    from .schema_check import bounds
 
     if meta["kind"] == "list":
         item = meta["items"]
@@ -231,7 +231,7 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
     interpolated), whose fix names a valid value for that key. ``drop``: keys of a node (by its full key) that the
     builder consumes before calling the target (``data``'s batch sizes and partition). Then the nodes under
     ``method.parts`` (:func:`check_parts`) and the groups' labels (:func:`check_labels`)."""
-    from .schema import problem
+    from .schema_check import problem
 
     if "method" in groups and OmegaConf.is_dict(cfg.get("method")):
         check_parts(cfg.method)

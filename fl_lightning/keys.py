@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from .schema import all_keys, bounds
+from .schema import all_keys
+from .schema_check import bounds
 
 
 def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:

@@ -35,7 +35,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-from bench import W1, overrides, write_fake_cifar10  # noqa: E402
+from bench import overrides, write_fake_cifar10  # noqa: E402
 from bench_w2 import overrides as w2_overrides  # noqa: E402
 
 

@@ -5,7 +5,7 @@ from typing import Annotated
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..schema import Fraction, Range
+from ..ranges import Fraction, Range
 
 # the bounds network builders declare (checked before anything is built, see fl_lightning.config_args.check_targets): a
 # huge width or depth is one line naming the key, never an allocation

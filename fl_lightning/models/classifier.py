@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..schema import OneOf
+from ..ranges import OneOf
 from .eval_sums import AccuracySum, MeanSum
 
 

@@ -160,7 +160,7 @@ def verdict(cfg, group: str, overrides: list[str] | None = None):
     ``overrides``: the command line's (``cli.run`` checks that a ``method.X`` one is read by something)."""
     from fl_lightning.build import validate
     from fl_lightning.errors import FLError
-    from fl_lightning.schema import check
+    from fl_lightning.schema_check import check
 
     try:
         if overrides:

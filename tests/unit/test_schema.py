@@ -11,7 +11,8 @@ import pytest
 from fl_lightning.build import validate
 from fl_lightning.errors import ConfigError
 from fl_lightning.keys import describe
-from fl_lightning.schema import all_keys, check, check_overrides, closest_key
+from fl_lightning.schema import all_keys
+from fl_lightning.schema_check import check, check_overrides, closest_key
 from tests.helpers.cli import ROOT, make_cfg
 
 # values that are valid for a key (the rest must be refused)
@@ -69,7 +70,7 @@ def test_keys_added_to_the_composed_config_are_refused():
 
 
 def test_every_method_reads_all_its_keys():
-    from fl_lightning.schema import unread_method_keys
+    from fl_lightning.schema_check import unread_method_keys
     from tests.helpers.golden import methods
 
     unread = {m: unread_method_keys(make_cfg([f"method={m}"])) for m in methods()}

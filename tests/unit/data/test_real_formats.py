@@ -2,7 +2,6 @@
 driven through the paper experiment configs with small overrides."""
 from __future__ import annotations
 
-import gzip
 import os
 import pickle
 import struct
