@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 
 
 class EF21Aggregation(Part):
@@ -39,28 +40,34 @@ class EF21Aggregation(Part):
         self.server = server
         self.g = {n: torch.zeros_like(server.global_params[n]) for n in server.trainable}
 
+    class Up(Record):
+        c = Field("{}")  # per parameter: the compressed change C(Δ_i − g_i) (the model's own delta where not trained)
+
+    class State(Record):
+        g = Field("{}/g")  # each client's running estimate g_i, per parameter
+
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        out = {}
+        out, state = self.Up(self, {}), self.State(self, client.state)
         rng = client.codec_rng()
         for n, x in client.global_params.items():
             delta = x - client.local[n].detach()
             if n not in self.g:
-                out[self.key(n)] = Msg(-delta)
+                out.c[n] = Msg(-delta)
                 continue
-            gi = client.state.get(self.key(f"{n}/g"), torch.zeros_like(delta))
-            c = self.codec.encode(self.key(n), delta - gi, client.state, rng=rng)
-            client.state[self.key(f"{n}/g")] = gi + c.tensor
-            out[self.key(n)] = Msg(c.tensor, nbits=c.bits())
-        return out
+            gi = state.g.get(n, torch.zeros_like(delta))
+            c = self.codec.encode(out.c.key(n), delta - gi, client.state, rng=rng)
+            state.g[n] = gi + c.tensor
+            out.c[n] = Msg(c.tensor, nbits=c.bits())
+        return out.container
 
     @torch.no_grad()
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
+        up = self.Up(self, agg)
         for n, x in self.server.global_params.items():
-            k = self.key(n)
             if n not in self.g:
-                x.add_(agg.mean(k).to(x.dtype))
+                x.add_(up.c.mean(n).to(x.dtype))
                 continue
-            step = agg.sum(k) / agg.num_clients if self.partial == "all" else agg.mean(k)
+            step = up.c.sum(n) / agg.num_clients if self.partial == "all" else up.c.mean(n)
             self.g[n].add_(step.to(self.g[n].dtype))
             x.add_(self.g[n], alpha=-self.gamma)
 

@@ -45,6 +45,7 @@ from torch import Tensor
 from ...errors import ConfigError
 from ...ranges import Fraction, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 
 
 class GlobalAlignment(Part):
@@ -82,6 +83,12 @@ class GlobalAlignment(Part):
     def _lr_factor(self, r: int) -> float:
         return float(self.server.lr_factor(r)) if self.server.lr_factor is not None else 1.0
 
+    class Down(Record):
+        DG = Field("DG/{}")  # Δ_G, the global update direction, per parameter
+
+    class Up(Record):
+        K = Field("K")  # the local steps a client took (when the server cannot know them)
+
     def broadcast(self, round_idx: int) -> dict[str, Msg]:
         x = self.server.global_params
         if self.prev_x and self.prev_factor > 0:
@@ -97,12 +104,15 @@ class GlobalAlignment(Part):
                 t.zero_()
         self.prev_x = {n: x[n].detach().clone() for n in self.names}
         self.prev_factor = self._lr_factor(round_idx)
-        return {self.key(f"DG/{n}"): Msg(self.DG[n]) for n in self.names}
+        down = self.Down(self, {})
+        for n in self.names:
+            down.DG[n] = Msg(self.DG[n])
+        return down.container
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
-        k = self.key("K")
-        if k in agg.sums:
-            self.prev_K = float(agg.mean(k))
+        up = self.Up(self, agg)
+        if () in up.K:
+            self.prev_K = float(up.K.mean())
 
     def state_dict(self) -> dict[str, Tensor]:
         out = {f"prev_x/{n}": t for n, t in self.prev_x.items()}
@@ -124,7 +134,8 @@ class GlobalAlignment(Part):
                     g["weight_decay"] = g["weight_decay"] / (1.0 - self.alpha)  # (η(1−α))·(λ/(1−α)) = ηλ
         step = self.lr * client.lr_factor * self.alpha  # η_r·α
         slot = client.slot(self)
-        slot.deltas = {n: client.received[self.key(f"DG/{n}")] for n in self.names} if step else {}
+        down = self.Down(self, client.received)
+        slot.deltas = {n: down.DG[n] for n in self.names} if step else {}
         slot.step = step
         slot.step_t = None  # η_r·α as a tensor for a compiled step under a schedule: a float would be a constant,
         if step and self.scheduled:  # recompiled every round
@@ -146,7 +157,9 @@ class GlobalAlignment(Part):
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         if self.server_local_steps_known():
             return {}
-        return {self.key("K"): Msg(torch.tensor(float(client.step), dtype=torch.float64, device=client.params[self.names[0]].device))}
+        up = self.Up(self, {})
+        up.K.set(Msg(torch.tensor(float(client.step), dtype=torch.float64, device=client.params[self.names[0]].device)))
+        return up.container
 
     def server_local_steps_known(self) -> bool:
         return bool(getattr(self, "server", None) is not None and self.server.local_steps)

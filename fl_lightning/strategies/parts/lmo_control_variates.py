@@ -48,6 +48,7 @@ from torch import Tensor
 from ...errors import ConfigError
 from ...optim.adapters import adapter_for
 from ..base import ClientContext, Msg, ServerContext
+from ..records import Field, Record
 from .control_variate import ServerControlVariate
 
 
@@ -57,7 +58,15 @@ def _acc_dtype(t: Tensor) -> torch.dtype:
 
 class LMOControlVariates(ServerControlVariate):
     INITS = ("grad", "zero")
-    CV, DELTA = "C", "dC"
+
+    class Down(Record):
+        cv = Field("C/{}")  # the server's variate C, broadcast
+
+    class Up(Record):
+        delta = Field("dC/{}")  # a client's change ΔC_i
+
+    class State(Record):
+        c_i = Field("C_i/{}")  # a client's own variate C_i (persistent)
 
     def __init__(self, init: str = "grad", correct_1d: bool = True):
         if init not in self.INITS:
@@ -84,10 +93,10 @@ class LMOControlVariates(ServerControlVariate):
             local_sum = {n: torch.zeros_like(t) for n, t in self.C.items()}
             for cid in server.owned_clients:
                 g = server.probe_gradient(cid)
-                state = server.store.get(cid)
+                state = self.State(self, server.store.get(cid))
                 for n in self.names:
-                    state[self.key(f"C_i/{n}")] = g[n].detach()
-                server.store.put(cid, state)
+                    state.c_i[n] = g[n].detach()
+                server.store.put(cid, state.container)
                 for n in self.corrected:
                     local_sum[n].add_(g[n].to(local_sum[n].dtype))
             reduce = server.all_reduce_sum or (lambda t: t)
@@ -106,19 +115,20 @@ class LMOControlVariates(ServerControlVariate):
     def client_start(self, client: ClientContext) -> None:
         adapter = self._adapter(client)
         old: dict[str, Tensor] = {}
+        state, down = self.State(self, client.state), self.Down(self, client.received)
         for n in self.names:
             p = client.params[n]
             if "momentum_buffer" not in (adapter.entries(p) or ()):
                 raise ConfigError("method.parts.local_optimizer.optimizer.aux", "fedmuon_bc corrects the momentum of non-matrix params; AdamW has none",
                                   "use the Muon optimizer's aux: sgd (seed 000's momentum SGD)")
-            stored = client.state.get(self.key(f"C_i/{n}"))
+            stored = state.c_i.get(n)
             ci = stored.to(p.dtype) if stored is not None else torch.zeros_like(p)
             old[n] = ci
             if "momentum_buffer" not in adapter.opt.state[p]:  # M_i^{(r,0)} = C_i^{(r)} (Lemma 9)
                 adapter.import_state(p, {"momentum_buffer": ci})
         corr = {}
         for n in self.corrected:
-            c = client.received[self.key(f"C/{n}")]
+            c = down.cv[n]
             corr[client.params[n]] = c.to(old[n].dtype) - old[n]
         adapter.set_correction(corr)
         client.slot(self).old = old
@@ -126,11 +136,11 @@ class LMOControlVariates(ServerControlVariate):
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         adapter = adapter_for(client.optimizer)
         old = client.slot(self).old
-        out: dict[str, Msg] = {}
+        out, state = self.Up(self, {}), self.State(self, client.state)
         for n in self.names:
             m = adapter.export_state(client.params[n])["momentum_buffer"].detach()
             if n in self.C:
-                out[self.key(f"dC/{n}")] = Msg(m - old[n], 1.0)
-            client.state[self.key(f"C_i/{n}")] = m.clone()
+                out.delta[n] = Msg(m - old[n], 1.0)
+            state.c_i[n] = m.clone()
         adapter.set_correction(None)
-        return out
+        return out.container

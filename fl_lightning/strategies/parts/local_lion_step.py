@@ -18,6 +18,7 @@ from ...errors import ConfigError
 from ...optim.lion import lion_update
 from ...ranges import Fraction, NonNegative, Positive
 from ..base import ClientContext, Part
+from ..records import Field, Record
 
 
 class LocalLionStep(Part):
@@ -31,14 +32,18 @@ class LocalLionStep(Part):
                               "use the paper's gamma1 = 0.001, gamma2 = 0.01")
         self.lr, self.beta1, self.beta2, self.wd = float(lr), float(beta1), float(beta2), float(weight_decay)
 
+    class State(Record):
+        m = Field("{}/m")  # each client's own Lion momentum, per parameter
+
     @torch.no_grad()
     def client_end(self, client: ClientContext):
+        state = self.State(self, client.state)
         for n in client.params:
             y = client.local[n]
             g = (y - client.global_params[n]).to(torch.promote_types(y.dtype, torch.float32))
-            m = client.state.get(self.key(f"{n}/m"))
+            m = state.m.get(n)
             m = torch.zeros_like(g) if m is None else m.to(g.dtype).clone()
             u = lion_update(g, m, self.beta1, self.beta2)
-            client.state[self.key(f"{n}/m")] = m
+            state.m[n] = m
             y.add_((u - self.wd * y).to(y.dtype), alpha=self.lr)
         return {}

@@ -22,6 +22,7 @@ from ...config import blame
 from ...errors import ConfigError
 from ...optim.state import export_optimizer_state, import_optimizer_state, reset_in_place
 from ..base import ClientContext, Part
+from ..records import Field, Record
 
 
 class LocalOptimizer(Part):
@@ -69,9 +70,13 @@ class LocalOptimizer(Part):
     def client_start(self, client: ClientContext) -> None:
         client.optimizer = self.build(client)
         if self.persistent:
-            flat = {k[len(self.name) + 1:]: v for k, v in client.state.items() if k.startswith(self.name + "/")}
+            state = self.State(self, client.state)
+            flat = {k[len(state.prefix):]: client.state[k] for k in state.entry.keys()}
             if flat:
                 import_optimizer_state(client.optimizer, flat)
+
+    class State(Record):
+        entry = Field("{}")  # state=persistent: the optimizer's state, flattened (fl_lightning/optim/state.py)
 
     def client_end(self, client: ClientContext):
         if self.persistent:
@@ -79,6 +84,7 @@ class LocalOptimizer(Part):
                 flat = export_optimizer_state(client.optimizer)
             except ConfigError as err:
                 raise self.error(err.key, err.problem, err.fix) from None
+            state = self.State(self, client.state)
             for k, v in flat.items():
-                client.state[self.key(k)] = v
+                state.entry[k] = v
         return {}

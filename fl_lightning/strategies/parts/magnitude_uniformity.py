@@ -25,6 +25,7 @@ from torch import nn
 
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 
 MODES = ("coords", "rows", "all")
 
@@ -68,17 +69,24 @@ class MagnitudeUniformity(Part):
         t = upd[self.param].detach().double()
         return t.reshape(t.shape[0], -1).norm(dim=1) if self.mode == "rows" else t.reshape(-1).abs()
 
+    class Up(Record):  # free side channels (nbits=0): the magnitudes' sum and sum of squares over clients
+        S1 = Field("S1")
+        S2 = Field("S2")
+
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         if not self.enabled:
             return {}
         g = self._magnitudes(client)
-        return {self.key("S1"): Msg(g, nbits=0), self.key("S2"): Msg(g.square(), nbits=0)}
+        out = self.Up(self, {})
+        out.S1.set(Msg(g, nbits=0))
+        out.S2.set(Msg(g.square(), nbits=0))
+        return out.container
 
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float]:
-        k1, k2 = self.key("S1"), self.key("S2")
-        if not self.enabled or k1 not in agg.sums:
+        up = self.Up(self, agg)
+        if not self.enabled or () not in up.S1:
             return {}
-        s1, s2, n = agg.sum(k1), agg.sum(k2), agg.weights[k2]
+        s1, s2, n = up.S1.sum(), up.S2.sum(), agg.weights[up.S2.key()]
         keep = s2 > 0
         phi = float((s1[keep].square() / (n * s2[keep])).sum())
         return {"mu": phi, "mu_frac": phi / s1.numel()}

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 
 _OPT = "server_opt/"
 
@@ -71,27 +72,30 @@ class ModelAverage(Part):
         if self.server_opt_factory is not None:
             self.opt = self.server_opt_factory({n: server.global_params[n] for n in server.trainable})
 
+    class Up(Record):
+        delta = Field("{}")  # per parameter: the model's change y_i − x (as the codec sent it)
+
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         w = float(client.num_samples) if (self.weighting == "num_samples" and self.rule != "n_minus_s") else 1.0
-        out, sent = {}, {}
+        out, sent = self.Up(self, {}), {}
         rng = client.codec_rng() if self.codec is not None else None
         extra = {"client": client} if getattr(self.codec, "uses_client", False) else {}
         for n, x in client.global_params.items():
             delta = client.local[n].detach() - x
             if self.codec is not None and n in client.params:
-                m = self.codec.encode(self.key(n), delta, client.state, rng=rng, **extra)
-                out[self.key(n)] = Msg(m.tensor, w, nbits=m.bits())
+                m = self.codec.encode(out.delta.key(n), delta, client.state, rng=rng, **extra)
+                out.delta[n] = Msg(m.tensor, w, nbits=m.bits())
             else:
-                out[self.key(n)] = Msg(delta, w)
-            sent[n] = out[self.key(n)].tensor
+                out.delta[n] = Msg(delta, w)
+            sent[n] = out.delta[n].tensor
         client.model_update = sent
-        return out
+        return out.container
 
     def _step(self, agg: Aggregate, n: str):
-        k = self.key(n)
+        up = self.Up(self, agg).delta
         if self.rule == "majority_vote":
-            return agg.sum(k).sign() if n in self.server.trainable else agg.mean(k)
-        return agg.mean(k) if self.rule == "mean" else agg.sum(k) / agg.num_clients
+            return up.sum(n).sign() if n in self.server.trainable else up.mean(n)
+        return up.mean(n) if self.rule == "mean" else up.sum(n) / agg.num_clients
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
         if self.opt is None:

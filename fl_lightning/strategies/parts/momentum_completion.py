@@ -21,6 +21,7 @@ from ...codecs import LionMomentum
 from ...errors import ConfigError
 from ...ranges import Fraction, NonNegative, Positive
 from ..base import MODEL_KEY, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 
 
 class MomentumCompletion(Part):
@@ -51,18 +52,23 @@ class MomentumCompletion(Part):
     def _mkey(self, n: str) -> str:
         return LionMomentum.state_key(f"{self.momentum_of}/{n}")
 
+    class State(Record):
+        y = Field("{}/y")  # the model a client last ended a round with (its last known model), per parameter
+
     def client_end(self, client: ClientContext):
+        state = self.State(self, client.state)
         for n in client.params:
-            client.state[self.key(f"{n}/y")] = client.local[n].detach().clone()
+            state.y[n] = client.local[n].detach().clone()
         return {}
 
     @torch.no_grad()
     def client_idle(self, client: ClientContext) -> None:
+        state = self.State(self, client.state)
         for n in client.params:
             x = client.global_params[n]
-            y = client.state.get(self.key(f"{n}/y"), x)
+            y = state.y.get(n, x)
             g = (x - (1 - self.g1 * self.g2) * y).to(torch.promote_types(x.dtype, torch.float32))
             m = client.state.get(self._mkey(n))
             m = torch.zeros_like(g) if m is None else m.to(g.dtype)
             client.state[self._mkey(n)] = m * self.beta2 + g * ((1 - self.beta2) * self.s)
-            client.state[self.key(f"{n}/y")] = x.detach().clone()
+            state.y[n] = x.detach().clone()

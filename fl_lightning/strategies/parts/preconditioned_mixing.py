@@ -21,6 +21,7 @@ from __future__ import annotations
 from ...errors import ConfigError
 from ...optim.adapters import adapter_for
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 
 
 class PreconditionedMixing(Part):
@@ -48,28 +49,33 @@ class PreconditionedMixing(Part):
                              f"(theta = {theta})", "use the Sophia local optimizer or name the entry, e.g. [exp_avg_sq]")
         return theta[0] if theta else None
 
+    class Up(Record):  # per parameter: (h + δ)·Δ and h where a preconditioner h exists, else Δ alone
+        hx = Field("hx/{}")
+        h = Field("h/{}")
+        x = Field("x/{}")
+
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         adapter = adapter_for(client.optimizer)
-        out: dict[str, Msg] = {}
+        out = self.Up(self, {})
         for n, x in client.global_params.items():
             delta = client.local[n].detach() - x
             p = client.params.get(n)
             entry = self._entry(adapter, p) if p is not None else None
             h = adapter.export_state(p).get(entry) if entry is not None else None
             if h is None or h.shape != delta.shape:
-                out[self.key(f"x/{n}")] = Msg(delta)
+                out.x[n] = Msg(delta)
                 continue
             h = h.detach().to(delta.dtype)
-            out[self.key(f"hx/{n}")] = Msg((h + self.damping) * delta)
-            out[self.key(f"h/{n}")] = Msg(h)
-        return out
+            out.hx[n] = Msg((h + self.damping) * delta)
+            out.h[n] = Msg(h)
+        return out.container
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
+        up = self.Up(self, agg)
         for n, x in self.server.global_params.items():
-            k = self.key(f"hx/{n}")
-            if k in agg.sums:
-                s = agg.weights[k]  # the number of clients that sent it (weights are 1)
-                step = agg.sum(k) / (agg.sum(self.key(f"h/{n}")) + s * self.damping)
+            if n in up.hx:
+                s = agg.weights[up.hx.key(n)]  # the number of clients that sent it (weights are 1)
+                step = up.hx.sum(n) / (up.h.sum(n) + s * self.damping)
             else:
-                step = agg.mean(self.key(f"x/{n}"))
+                step = up.x.mean(n)
             x.add_(step.to(x.dtype))

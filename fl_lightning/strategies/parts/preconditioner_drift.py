@@ -26,6 +26,7 @@ import torch
 from ...errors import ConfigError
 from ...optim.adapters import adapter_for
 from ..base import Aggregate, ClientContext, Msg, Part
+from ..records import Field, Record
 
 
 class PreconditionerDrift(Part):
@@ -47,13 +48,17 @@ class PreconditionerDrift(Part):
                              "list the entries to measure, e.g. [exp_avg_sq], or use Muon, Sophia or SOAP")
         return tuple(theta)
 
+    class Up(Record):  # free side channels (nbits=0): each preconditioner entry, and their squared norm
+        T = Field("T/{}/{}")  # parameter, optimizer-state entry
+        sq = Field("sq")
+
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         if not self.enabled:
             return {}
         adapter = adapter_for(client.optimizer)
         device = next(iter(client.params.values())).device
         sq = torch.zeros((), dtype=torch.float64, device=device)
-        out: dict[str, Msg] = {}
+        out = self.Up(self, {})
         for n, p in client.params.items():
             exported = adapter.export_state(p)
             for sk in self._keys(adapter, p):
@@ -61,14 +66,14 @@ class PreconditionerDrift(Part):
                 if v is None or v.ndim == 0:
                     continue
                 v64 = v.detach().to(torch.float64)
-                out[self.key(f"T/{n}/{sk}")] = Msg(v64, nbits=0)
+                out.T[n, sk] = Msg(v64, nbits=0)
                 sq += v64.square().sum()
-        out[self.key("sq")] = Msg(sq, nbits=0)
-        return out
+        out.sq.set(Msg(sq, nbits=0))
+        return out.container
 
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float]:
-        k = self.key("sq")
-        if not self.enabled or k not in agg.sums:
+        up = self.Up(self, agg)
+        if not self.enabled or () not in up.sq:
             return {}
-        bar = sum(float(agg.mean(t).square().sum()) for t in agg.keys(self.key("T/")))
-        return {"precond_drift": float(agg.mean(k)) - bar}
+        bar = sum(float(agg.mean(t).square().sum()) for t in up.T.keys())
+        return {"precond_drift": float(up.sq.mean()) - bar}

@@ -62,11 +62,12 @@ class ScaffoldCorrection(ServerControlVariate):
 
     def client_start(self, client: ClientContext) -> None:
         ci, corr, acc = {}, {}, {}
+        state, down = self.State(self, client.state), self.Down(self, client.received)
         for n in self.c:
             p = client.params[n]
-            stored = client.state.get(self.key(f"c_i/{n}"))
+            stored = state.c_i.get(n)
             ci[n] = stored.to(p.dtype) if stored is not None else torch.zeros_like(p)
-            corr[n] = client.received[self.key(f"c/{n}")].to(p.dtype) - ci[n]
+            corr[n] = down.cv[n].to(p.dtype) - ci[n]
             if self.control in ("mean_grad", "last_grad"):
                 acc[n] = torch.zeros_like(p)
         if self.control == "option1":  # the module holds x^r now: the fresh gradient is at the server model
@@ -98,7 +99,7 @@ class ScaffoldCorrection(ServerControlVariate):
         s = client.slot(self).state
         K = max(1, client.step)
         lrs = self._lrs(client) if self.control == "option2" else {}
-        out: dict[str, Msg] = {}
+        out, state = self.Up(self, {}), self.State(self, client.state)
         for n in self.c:
             if self.control == "mean_grad":
                 new = s["acc"][n] / K
@@ -110,8 +111,8 @@ class ScaffoldCorrection(ServerControlVariate):
                     raise self.error("control", "option2 divides by the local lr, which is 0 this round",
                                       "use control=mean_grad or a schedule that does not reach 0")
                 x, y = client.global_params[n], client.local[n].detach()
-                c = client.received[self.key(f"c/{n}")].to(y.dtype)
+                c = self.Down(self, client.received).cv[n].to(y.dtype)
                 new = s["c_i"][n] - c + (x - y) / (K * lr)
-            out[self.key(f"dc/{n}")] = Msg(new - s["c_i"][n], 1.0)
-            client.state[self.key(f"c_i/{n}")] = new.detach().clone()
-        return out
+            out.delta[n] = Msg(new - s["c_i"][n], 1.0)
+            state.c_i[n] = new.detach().clone()
+        return out.container

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ...codecs import LionMomentum
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 
 
 class SharedMomentum(Part):
@@ -31,19 +32,30 @@ class SharedMomentum(Part):
     def _slot(self, n: str) -> str:
         return LionMomentum.state_key(f"{self.momentum_of}/{n}")
 
+    class Wire(Record):  # down: the server's M; up: each sampled client's m_i
+        M = Field("{}")
+
     def broadcast(self, round_idx: int) -> dict[str, Msg]:
-        return {self.key(n): Msg(m) for n, m in self.M.items()}
+        down = self.Wire(self, {})
+        for n, m in self.M.items():
+            down.M[n] = Msg(m)
+        return down.container
 
     def client_start(self, client: ClientContext) -> None:
+        down = self.Wire(self, client.received)
         for n in self.M:
-            client.state[self._slot(n)] = client.received[self.key(n)].clone()
+            client.state[self._slot(n)] = down.M[n].clone()
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        return {self.key(n): Msg(client.state.pop(self._slot(n))) for n in self.M}
+        up = self.Wire(self, {})
+        for n in self.M:
+            up.M[n] = Msg(client.state.pop(self._slot(n)))
+        return up.container
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
+        up = self.Wire(self, agg)
         for n in self.M:
-            self.M[n] = agg.mean(self.key(n)).to(self.M[n].dtype)
+            self.M[n] = up.M.mean(n).to(self.M[n].dtype)
 
     def state_dict(self) -> dict[str, Tensor]:
         return dict(self.M)

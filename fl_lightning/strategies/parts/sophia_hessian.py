@@ -34,6 +34,7 @@ import torch
 from ...errors import ConfigError
 from ...ranges import Range
 from ..base import ClientContext, Part
+from ..records import Field, Record
 
 
 class SophiaHessian(Part):
@@ -52,6 +53,9 @@ class SophiaHessian(Part):
                 raise ConfigError(key, f"expected a whole number >= 1, got {val!r}", f"set {key} to 1 or more")
         self.estimator, self.every, self.probes = estimator, every, probes
 
+    class State(Record):
+        steps = Field("steps")  # counter=client: the local steps this client took in its earlier rounds
+
     def client_start(self, client: ClientContext) -> None:
         if not hasattr(client.optimizer, "update_hessian"):
             raise self.error("estimator", f"{type(client.optimizer).__name__} takes no Hessian estimates",
@@ -63,7 +67,7 @@ class SophiaHessian(Part):
         if self.counter == "global":
             slot.t0 = client.round * client.num_steps
         elif self.counter == "client":  # the steps this client took in its earlier rounds
-            done = client.state.get(self.key("steps"))
+            done = self.State(self, client.state).steps.get()
             slot.t0 = 0 if done is None else int(done)
         else:
             slot.t0 = 0
@@ -73,7 +77,7 @@ class SophiaHessian(Part):
         if self.counter == "client":
             t = client.slot(self).t0 + client.step
             dev = next(iter(client.global_params.values())).device
-            client.state[self.key("steps")] = torch.tensor(t, dtype=torch.int64, device=dev)
+            self.State(self, client.state).steps.set(torch.tensor(t, dtype=torch.int64, device=dev))
         return {}
 
     def _generator(self, client: ClientContext) -> torch.Generator:
