@@ -28,6 +28,7 @@ import torch
 
 from fl_lightning.errors import ConfigError
 from fl_lightning.strategies.base import Aggregate, ClientContext, Msg, Part, ServerContext
+from fl_lightning.strategies.records import Field, Record
 
 
 def local_work(tau: int, rho: float = 0.0) -> float:
@@ -66,26 +67,33 @@ class FedNova(Part):
                               "at 0 every round, but the clients' optimizer state persists", "set it to reset")
         client.slot(self).rho = rho
 
+    class Up(Record):  # what a client uploads, each with its weight w_i
+        a = Field("a")  # a_i, its local work
+        d = Field("d/{}")  # (x - x_i) / a_i, per trainable parameter
+        buffer = Field("buffer/{}")  # x - x_i of a float buffer (averaged as FedAvg does)
+
     @torch.no_grad()
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         a = local_work(client.step, client.slot(self).rho)  # client.step: the local steps done (= client.num_steps)
         w = float(client.num_samples) if self.weighting == "num_samples" else 1.0
         device = next(iter(client.local.values())).device
-        out = {self.key("a"): Msg(torch.tensor(a, dtype=torch.float32, device=device), w)}
+        out = self.Up(self, {})
+        out.a.set(Msg(torch.tensor(a, dtype=torch.float32, device=device), w))
         for n, x in client.global_params.items():
             delta = x - client.local[n].detach()  # x - x_i
             if n in client.params:
-                out[self.key(f"d/{n}")] = Msg(delta / a, w)
+                out.d[n] = Msg(delta / a, w)
             else:  # a float buffer: averaged as FedAvg does
-                out[self.key(f"buffer/{n}")] = Msg(delta, w)
-        return out
+                out.buffer[n] = Msg(delta, w)
+        return out.container
 
     @torch.no_grad()
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float]:
-        tau_eff = agg.mean(self.key("a"))  # sum_i p_i a_i (a 0-dim tensor: no host sync in the loop below)
+        up = self.Up(self, agg)
+        tau_eff = up.a.mean()  # sum_i p_i a_i (a 0-dim tensor: no host sync in the loop below)
         for n, x in self.server.global_params.items():
             if n in self.server.trainable:
-                x.sub_((tau_eff * agg.mean(self.key(f"d/{n}"))).to(x.dtype))
+                x.sub_((tau_eff * up.d.mean(n)).to(x.dtype))
             else:
-                x.sub_(agg.mean(self.key(f"buffer/{n}")).to(x.dtype))
+                x.sub_(up.buffer.mean(n).to(x.dtype))
         return {"tau_eff": float(tau_eff)}

@@ -194,7 +194,8 @@ class Aggregate:
 
 
 class Part:
-    """A composable piece of a method. Override the hooks you need; ``name`` namespaces keys and state."""
+    """A composable piece of a method. Override the hooks you need; ``name`` namespaces its keys and state, which it
+    declares as records of named fields (:mod:`fl_lightning.strategies.records`)."""
 
     name: str = "part"
 
@@ -223,9 +224,6 @@ class Part:
     def state_dict(self) -> dict[str, Tensor]:
         return {}
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None: ...
-
-    def key(self, k: str) -> str:
-        return f"{self.name}/{k}"
 
     config_key: str = ""  # where the part's config sits (``method.parts.<name>``; set by build_strategy)
 

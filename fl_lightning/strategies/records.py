@@ -51,7 +51,7 @@ class Entries:
     def __init__(self, record: "Record", field: Field):
         self.record, self.field = record, field
 
-    def key(self, index=()) -> str:
+    def path(self, index=()) -> str:
         """The flat key of one entry (what a codec or a log names it by)."""
         return self.record.prefix + self.field.pattern.format(*_args(index))
 
@@ -60,28 +60,28 @@ class Entries:
         return c.sums if hasattr(c, "sums") else c  # an Aggregate: its sums
 
     def __getitem__(self, index):
-        return self.record.container[self.key(index)]
+        return self.record.container[self.path(index)]
 
     def __setitem__(self, index, value) -> None:
-        self.record.container[self.key(index)] = value
+        self.record.container[self.path(index)] = value
 
     def __contains__(self, index) -> bool:
-        return self.key(index) in self._map()
+        return self.path(index) in self._map()
 
     def get(self, index=(), default=None):
-        return self._map().get(self.key(index), default)
+        return self._map().get(self.path(index), default)
 
     def pop(self, index=(), *default):
-        return self._map().pop(self.key(index), *default)
+        return self._map().pop(self.path(index), *default)
 
     def set(self, value, index=()) -> None:
         self[index] = value
 
     def mean(self, index=()):
-        return self.record.container.mean(self.key(index))
+        return self.record.container.mean(self.path(index))
 
     def sum(self, index=()):
-        return self.record.container.sum(self.key(index))
+        return self.record.container.sum(self.path(index))
 
     def keys(self) -> Iterator[str]:
         """The flat keys of this field's entries in the container (a field whose pattern ends with an index)."""

@@ -55,7 +55,7 @@ class EF21Aggregation(Part):
                 out.c[n] = Msg(-delta)
                 continue
             gi = state.g.get(n, torch.zeros_like(delta))
-            c = self.codec.encode(out.c.key(n), delta - gi, client.state, rng=rng)
+            c = self.codec.encode(out.c.path(n), delta - gi, client.state, rng=rng)
             state.g[n] = gi + c.tensor
             out.c[n] = Msg(c.tensor, nbits=c.bits())
         return out.container

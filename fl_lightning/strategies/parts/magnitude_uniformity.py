@@ -86,7 +86,7 @@ class MagnitudeUniformity(Part):
         up = self.Up(self, agg)
         if not self.enabled or () not in up.S1:
             return {}
-        s1, s2, n = up.S1.sum(), up.S2.sum(), agg.weights[up.S2.key()]
+        s1, s2, n = up.S1.sum(), up.S2.sum(), agg.weights[up.S2.path()]
         keep = s2 > 0
         phi = float((s1[keep].square() / (n * s2[keep])).sum())
         return {"mu": phi, "mu_frac": phi / s1.numel()}

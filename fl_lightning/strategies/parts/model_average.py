@@ -83,7 +83,7 @@ class ModelAverage(Part):
         for n, x in client.global_params.items():
             delta = client.local[n].detach() - x
             if self.codec is not None and n in client.params:
-                m = self.codec.encode(out.delta.key(n), delta, client.state, rng=rng, **extra)
+                m = self.codec.encode(out.delta.path(n), delta, client.state, rng=rng, **extra)
                 out.delta[n] = Msg(m.tensor, w, nbits=m.bits())
             else:
                 out.delta[n] = Msg(delta, w)

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 from .global_alignment import mean_probe_gradient
 
 
@@ -74,33 +75,44 @@ class MomentumCorrection(Part):
         self.g = mean_probe_gradient(self, server, self.names)[0] if self.init == "grad" else zeros()
         self.c = zeros() if self.control else {}
 
+    class Down(Record):
+        d = Field("d/{}")  # the momentum direction (1−β)·g (+ β·c with control variates), per parameter
+        x_prev = Field("x_prev/{}")  # x^{r-1}, for the variance-reduced correction
+
+    class Up(Record):
+        dc = Field("dc/{}")  # a client's change of its control variate
+        K = Field("K")  # the local steps it took (when the server cannot know them)
+
+    class State(Record):
+        c_i = Field("c_i/{}")  # each client's control variate, per parameter
+
     def broadcast(self, round_idx: int) -> dict[str, Msg]:
         x = self.server.global_params
         before = self.prev_x or {n: x[n] for n in self.names}  # x^{r-1} (x^{-1} = x^0)
         if self.momentum == "direction" and self.prev_x and self.prev_factor > 0:
             denom = float(self.server.local_steps or self.prev_K or 1.0) * self.lr * self.prev_factor
             self.g = {n: (self.prev_x[n] - x[n]) / denom for n in self.names}  # (x^{r-1} - x^r) / (K η_{r-1})
-        out = {}
+        out = self.Down(self, {})
         for n in self.names:
             d = self.g[n] * (1 - self.beta)
-            out[self.key(f"d/{n}")] = Msg(d + self.beta * self.c[n] if self.control else d)
+            out.d[n] = Msg(d + self.beta * self.c[n] if self.control else d)
             if self.vr:
                 free = self.prev_model == "client" or not self.prev_x
-                out[self.key(f"x_prev/{n}")] = Msg(before[n].clone(), nbits=0 if free else None)
+                out.x_prev[n] = Msg(before[n].clone(), nbits=0 if free else None)
         self.prev_x = {n: x[n].detach().clone() for n in self.names}
         self.prev_factor = float(self.server.lr_factor(round_idx)) if self.server.lr_factor is not None else 1.0
-        return out
+        return out.container
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
-        if self.key("K") in agg.sums:
-            self.prev_K = float(agg.mean(self.key("K")))
+        up = self.Up(self, agg)
+        if () in up.K:
+            self.prev_K = float(up.K.mean())
         for n, c in self.c.items():
-            k = self.key(f"dc/{n}")
-            if k not in agg.sums:
+            if n not in up.dc:
                 continue
             if self.momentum == "control":  # uses c^r: before c moves
-                self.g[n] = self.beta * (c + agg.mean(k).to(c.dtype)) + (1 - self.beta) * self.g[n]
-            c.add_(agg.sum(k).to(c.dtype), alpha=1.0 / agg.num_clients)
+                self.g[n] = self.beta * (c + up.dc.mean(n).to(c.dtype)) + (1 - self.beta) * self.g[n]
+            c.add_(up.dc.sum(n).to(c.dtype), alpha=1.0 / agg.num_clients)
 
     def state_dict(self) -> dict[str, Tensor]:
         out = {f"g/{n}": t for n, t in self.g.items()}
@@ -119,14 +131,15 @@ class MomentumCorrection(Part):
     # ------------------------------------------------------------------ client side
     def client_start(self, client: ClientContext) -> None:
         names = self.names
-        s = {"d": [client.received[self.key(f"d/{n}")].to(client.params[n].dtype) for n in names]}
+        down, state = self.Down(self, client.received), self.State(self, client.state)
+        s = {"d": [down.d[n].to(client.params[n].dtype) for n in names]}
         if self.control:
-            stored = [client.state.get(self.key(f"c_i/{n}")) for n in names]
+            stored = [state.c_i.get(n) for n in names]
             s["c_i"] = [t.to(client.params[n].dtype) if t is not None else torch.zeros_like(client.params[n])
                         for n, t in zip(names, stored)]
             s["acc"] = [torch.zeros_like(client.params[n]) for n in names]
         if self.vr:
-            s["x_prev"] = {n: client.received[self.key(f"x_prev/{n}")] for n in names}
+            s["x_prev"] = {n: down.x_prev[n] for n in names}
         client.slot(self).state = s
 
     @torch.no_grad()
@@ -152,14 +165,14 @@ class MomentumCorrection(Part):
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         s = client.slot(self).state
-        out: dict[str, Msg] = {}
+        out, state = self.Up(self, {}), self.State(self, client.state)
         if self.control:
             K = max(1, client.step)
             for n, ci, acc in zip(self.names, s["c_i"], s["acc"]):
                 new = acc / K
-                out[self.key(f"dc/{n}")] = Msg(new - ci)
-                client.state[self.key(f"c_i/{n}")] = new
+                out.dc[n] = Msg(new - ci)
+                state.c_i[n] = new
         if self.momentum == "direction" and not self.server.local_steps:
             dev = client.params[self.names[0]].device
-            out[self.key("K")] = Msg(torch.tensor(float(client.step), dtype=torch.float64, device=dev))
-        return out
+            out.K.set(Msg(torch.tensor(float(client.step), dtype=torch.float64, device=dev)))
+        return out.container

@@ -42,6 +42,7 @@ from ...codecs import Dense
 from ...errors import ConfigError
 from ...optim.adapters import adapter_for
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 
 
 class OptimizerStateAverage(Part):
@@ -65,6 +66,12 @@ class OptimizerStateAverage(Part):
         self.codec = codec if codec is not None else Dense()
         self.Mbar: dict[str, Tensor] = {}
 
+    class Wire(Record):  # up: each client's entries; down: their means M̄ (the server keeps them as they came)
+        M = Field("M/{}/{}")  # parameter, optimizer-state entry
+
+    class State(Record):
+        M0 = Field("M0/{}")  # init=grad: a client's gradient at X^0, its first momentum (taken at its first round)
+
     # ------------------------------------------------------------------ server side
     def setup(self, server: ServerContext) -> None:
         self.server = server
@@ -74,23 +81,25 @@ class OptimizerStateAverage(Part):
                                   "run through FederatedLoop, or set init=zero")
             for cid in server.owned_clients:
                 g = server.probe_gradient(cid)
-                state = server.store.get(cid)
-                state.update({self.key(f"M0/{n}"): t.detach() for n, t in g.items()})
-                server.store.put(cid, state)
+                state = self.State(self, server.store.get(cid))
+                for n, t in g.items():
+                    state.M0[n] = t.detach()
+                server.store.put(cid, state.container)
 
     def broadcast(self, round_idx: int) -> dict[str, Msg]:
         return {k: Msg(v) for k, v in self.Mbar.items()}
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
-        for k in agg.keys(self.key("M/")):
+        for k in self.Wire(self, agg).M.keys():
             self.Mbar[k] = agg.mean(k)
 
-    def state_dict(self) -> dict[str, Tensor]:
-        pre = self.key("")
+    def state_dict(self) -> dict[str, Tensor]:  # without the part's name
+        pre = self.Wire(self, self.Mbar).prefix
         return {k[len(pre):]: v for k, v in self.Mbar.items()}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
-        self.Mbar = {self.key(k): v.clone() for k, v in state.items()}
+        pre = self.Wire(self, self.Mbar).prefix
+        self.Mbar = {pre + k: v.clone() for k, v in state.items()}
 
     # ------------------------------------------------------------------ client side
     def _selected(self, client: ClientContext, adapter) -> list[str]:
@@ -118,13 +127,14 @@ class OptimizerStateAverage(Part):
         adapter = adapter_for(client.optimizer)
         names = self._selected(client, adapter)
         client.slot(self).names = names
-        m0 = {k: client.state.pop(k) for k in [k for k in client.state if k.startswith(self.key("M0/"))]}
+        state, down = self.State(self, client.state), self.Wire(self, client.received)
+        m0 = {k: client.state.pop(k) for k in list(state.M0.keys())}
         got = False
         for n in names:
             p = client.params[n]
             values = {}
             for sk in self._keys(adapter, p):
-                v = client.received.get(self.key(f"M/{n}/{sk}"))
+                v = down.M.get((n, sk))
                 if v is not None:
                     values[sk] = v
             if values:
@@ -134,12 +144,12 @@ class OptimizerStateAverage(Part):
             for n in names:
                 p = client.params[n]
                 entries = adapter.entries(p)
-                if (entries is None or "momentum_buffer" in entries) and self.key(f"M0/{n}") in m0:
-                    adapter.import_state(p, {"momentum_buffer": m0[self.key(f"M0/{n}")]})
+                if (entries is None or "momentum_buffer" in entries) and state.M0.path(n) in m0:
+                    adapter.import_state(p, {"momentum_buffer": m0[state.M0.path(n)]})
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         adapter = adapter_for(client.optimizer)
-        out: dict[str, Msg] = {}
+        out = self.Wire(self, {})
         rng = client.codec_rng()
         for n in client.slot(self).names:
             p = client.params[n]
@@ -148,7 +158,7 @@ class OptimizerStateAverage(Part):
                 v = exported.get(sk)
                 if v is None:
                     continue
-                key = self.key(f"M/{n}/{sk}")
-                out[key] = Msg(v, 1.0) if v.ndim == 0 else self.codec.encode(key, v, client.state, rng=rng)
-        return out
+                out.M[n, sk] = Msg(v, 1.0) if v.ndim == 0 else self.codec.encode(out.M.path((n, sk)), v, client.state,
+                                                                                  rng=rng)
+        return out.container
 

@@ -74,7 +74,7 @@ class PreconditionedMixing(Part):
         up = self.Up(self, agg)
         for n, x in self.server.global_params.items():
             if n in up.hx:
-                s = agg.weights[up.hx.key(n)]  # the number of clients that sent it (weights are 1)
+                s = agg.weights[up.hx.path(n)]  # the number of clients that sent it (weights are 1)
                 step = up.hx.sum(n) / (up.h.sum(n) + s * self.damping)
             else:
                 step = up.x.mean(n)

@@ -31,6 +31,7 @@ from torch import Tensor
 from ...errors import ConfigError
 from ...ranges import Positive, Range
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 
 
 class Scallion(Part):
@@ -56,14 +57,28 @@ class Scallion(Part):
         self.server = server
         self.c = {n: torch.zeros_like(server.global_params[n]) for n in server.trainable}
 
+    class Down(Record):
+        c = Field("c/{}")  # the server's control variate, per parameter
+
+    class Up(Record):
+        k_eta = Field("k_eta")  # K·η of the client's round (a free side channel)
+        u = Field("{}")  # per parameter: the compressed C(Δ_i/(Kη) − c) (the model's own delta where not trained)
+
+    class State(Record):
+        ci = Field("{}/ci")  # each client's control variate c_i, per parameter
+
     def broadcast(self, round_idx: int) -> dict[str, Msg]:
-        return {self.key(f"c/{n}"): Msg(c) for n, c in self.c.items()}
+        down = self.Down(self, {})
+        for n, c in self.c.items():
+            down.c[n] = Msg(c)
+        return down.container
 
     def client_start(self, client: ClientContext) -> None:
-        ci = {n: client.state.get(self.key(f"{n}/ci"), torch.zeros_like(c)) for n, c in self.c.items()}
+        state, down = self.State(self, client.state), self.Down(self, client.received)
+        ci = {n: state.ci.get(n, torch.zeros_like(c)) for n, c in self.c.items()}
         slot = client.slot(self)
         slot.ci = ci
-        slot.corr = {n: client.received[self.key(f"c/{n}")] - ci[n] for n in self.c}
+        slot.corr = {n: down.c[n] - ci[n] for n in self.c}
 
     def after_backward(self, client: ClientContext) -> None:
         corr = client.slot(self).corr
@@ -75,28 +90,28 @@ class Scallion(Part):
         ci = client.slot(self).ci
         rng = client.codec_rng()
         dev = next(iter(client.global_params.values())).device
-        out = {self.key("k_eta"): Msg(torch.tensor(k_eta, dtype=torch.float64, device=dev), nbits=0)}
+        out, state, down = self.Up(self, {}), self.State(self, client.state), self.Down(self, client.received)
+        out.k_eta.set(Msg(torch.tensor(k_eta, dtype=torch.float64, device=dev), nbits=0))
         for n, x in client.global_params.items():
             delta = x - client.local[n].detach()
             if n not in self.c:
-                out[self.key(n)] = Msg(-delta)
+                out.u[n] = Msg(-delta)
                 continue
-            msg = self.codec.encode(self.key(n), delta / k_eta - client.received[self.key(f"c/{n}")], client.state,
-                                    rng=rng)
-            client.state[self.key(f"{n}/ci")] = ci[n] + self.alpha_for(x.numel()) * msg.tensor
-            out[self.key(n)] = Msg(msg.tensor, nbits=msg.bits())
-        return out
+            msg = self.codec.encode(out.u.path(n), delta / k_eta - down.c[n], client.state, rng=rng)
+            state.ci[n] = ci[n] + self.alpha_for(x.numel()) * msg.tensor
+            out.u[n] = Msg(msg.tensor, nbits=msg.bits())
+        return out.container
 
     @torch.no_grad()
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
-        k_eta = float(agg.mean(self.key("k_eta")))
+        up = self.Up(self, agg)
+        k_eta = float(up.k_eta.mean())
         for n, x in self.server.global_params.items():
-            k = self.key(n)
             if n not in self.c:
-                x.add_(agg.mean(k).to(x.dtype))
+                x.add_(up.u.mean(n).to(x.dtype))
                 continue
-            x.add_((self.c[n] + agg.mean(k)).to(x.dtype), alpha=-self.eta_g * k_eta)
-            self.c[n].add_((agg.sum(k) / agg.num_clients).to(self.c[n].dtype), alpha=self.alpha_for(x.numel()))
+            x.add_((self.c[n] + up.u.mean(n)).to(x.dtype), alpha=-self.eta_g * k_eta)
+            self.c[n].add_((up.u.sum(n) / agg.num_clients).to(self.c[n].dtype), alpha=self.alpha_for(x.numel()))
 
     def state_dict(self) -> dict[str, Tensor]:
         return dict(self.c)

@@ -32,6 +32,7 @@ from torch import Tensor
 from ...errors import ConfigError
 from ...ranges import Fraction, NonNegative, OneOf, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..records import Field, Record
 from .global_alignment import mean_probe_gradient
 
 
@@ -61,16 +62,27 @@ class SharedAdaptiveStorm(Part):
             self.m = {n: torch.zeros_like(server.global_params[n]) for n in self.names}
             self.v = {n: torch.zeros_like(server.global_params[n]) for n in self.names}
 
+    class Wire(Record):  # down: the server's m̄, v̄; up: each client's m_i, v_i (per parameter)
+        m = Field("m/{}")
+        v = Field("v/{}")
+
+    def _send(self, m: dict[str, Tensor], v: dict[str, Tensor]) -> dict[str, Msg]:
+        out = self.Wire(self, {})
+        for n, t in m.items():
+            out.m[n] = Msg(t)
+        for n, t in v.items():
+            out.v[n] = Msg(t)
+        return out.container
+
     def broadcast(self, round_idx: int) -> dict[str, Msg]:
-        out = {self.key(f"m/{n}"): Msg(t) for n, t in self.m.items()}
-        out.update({self.key(f"v/{n}"): Msg(t) for n, t in self.v.items()})
-        return out
+        return self._send(self.m, self.v)
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
-        for state, kind in ((self.m, "m"), (self.v, "v")):
+        up = self.Wire(self, agg)
+        for state, field in ((self.m, up.m), (self.v, up.v)):
             for n, t in state.items():
-                if self.key(f"{kind}/{n}") in agg.sums:
-                    t.copy_(agg.mean(self.key(f"{kind}/{n}")).to(t.dtype))
+                if n in field:
+                    t.copy_(field.mean(n).to(t.dtype))
 
     def state_dict(self) -> dict[str, Tensor]:
         return {**{f"m/{n}": t for n, t in self.m.items()}, **{f"v/{n}": t for n, t in self.v.items()}}
@@ -83,9 +95,9 @@ class SharedAdaptiveStorm(Part):
     @torch.no_grad()
     def client_start(self, client: ClientContext) -> None:
         params = [client.params[n] for n in self.names]
-        recv = lambda kind: [client.received[self.key(f"{kind}/{n}")].to(p.dtype).clone()  # noqa: E731
-                             for n, p in zip(self.names, params)]
-        m, v = recv("m"), recv("v")
+        down = self.Wire(self, client.received)
+        recv = lambda field: [field[n].to(p.dtype).clone() for n, p in zip(self.names, params)]  # noqa: E731
+        m, v = recv(down.m), recv(down.v)
         H = torch._foreach_add(torch._foreach_sqrt(v), self.rho)
         t0 = client.round * client.num_steps
         s = {"m": m, "v": v, "H": H, "t0": t0, "prev": {n: p.detach().clone() for n, p in zip(self.names, params)}}
@@ -118,6 +130,4 @@ class SharedAdaptiveStorm(Part):
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         s = client.slot(self).state
-        out = {self.key(f"m/{n}"): Msg(t) for n, t in zip(self.names, s["m"])}
-        out.update({self.key(f"v/{n}"): Msg(t) for n, t in zip(self.names, s["v"])})
-        return out
+        return self._send(dict(zip(self.names, s["m"])), dict(zip(self.names, s["v"])))

@@ -177,7 +177,7 @@ class Broadcaster(Part):
     """Sends one 10-bit message to every client and replaces the model downlink by a 7-bit one."""
 
     def broadcast(self, round_idx):
-        return {self.key("all"): Msg(torch.zeros(4), nbits=10, to="all"), MODEL_KEY: Msg(torch.zeros(1), nbits=7)}
+        return {f"{self.name}/all": Msg(torch.zeros(4), nbits=10, to="all"), MODEL_KEY: Msg(torch.zeros(1), nbits=7)}
 
 
 def test_broadcast_recipients_are_each_charged(tmp_path):

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from fl_lightning.strategies.base import Part
+from fl_lightning.strategies.records import Field, Record
 from tests.helpers.harness import FakeData, LossModule, MLP, build, method_config, mse, regression_batches, run
 
 
@@ -101,13 +102,16 @@ class IdleCounter(Part):
 
     uses_idle_clients = True
 
+    class State(Record):
+        idle_rounds = Field("idle_rounds")
+
     def __init__(self):
         self.calls = []
 
     def client_idle(self, client):
         assert client.num_steps == 0
-        n = client.state.get(self.key("idle_rounds"), torch.zeros((), dtype=torch.int64))
-        client.state[self.key("idle_rounds")] = n + 1
+        state = self.State(self, client.state)
+        state.idle_rounds.set(state.idle_rounds.get(default=torch.zeros((), dtype=torch.int64)) + 1)
         self.calls.append((client.round, client.id))
 
 
