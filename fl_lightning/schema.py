@@ -127,7 +127,8 @@ class Store:
 @typed
 @dataclass
 class DataKeys:
-    """Keys every dataset builder takes (checked here as well as by the builder)."""
+    """Keys every dataset takes, read by the data layer (fl_lightning/data/__init__.py), not by its builder: the
+    ``data`` node starts from these defaults (:func:`data_defaults`) and a dataset's yaml overrides them."""
 
     batch_size: int = key(32, "training minibatch size", 1, 10**7)
     eval_batch_size: int = key(1024, "evaluation batch size", 1, 10**8)
@@ -135,6 +136,11 @@ class DataKeys:
     val_fraction: float = key(0.0, "fraction of the training pool held out (seeded, before partitioning) as a "
                                    "validation set, logged as val_* at every evaluation (0: none)", 0.0, 0.9,
                               example="0.1")
+
+
+def data_defaults() -> dict:
+    """``{key: default}`` of :class:`DataKeys`: the ``data`` node every dataset's yaml merges onto."""
+    return {f.name: f.default for f in dataclasses.fields(DataKeys)}
 
 
 @typed
@@ -167,7 +173,7 @@ class Root:
     # config groups: their keys are their targets' arguments (checked by instantiate) and the method's own knobs
     method: Any = None
     model: Any = None
-    data: Any = None
+    data: Any = field(default_factory=lambda: data_defaults())  # a dataset's yaml merges onto DataKeys' defaults
     optimizer: Any = None
     server_opt: Any = None
     logger: Any = None

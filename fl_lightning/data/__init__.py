@@ -12,11 +12,13 @@ import numpy as np
 
 from ..config import instantiate
 from ..errors import ConfigError
+from ..schema import data_defaults
 from .federated import FederatedData
 from .info import DataInfo
 from .tensors import TensorSet
 
-FEDERATION_KEYS = ("name", "batch_size", "eval_batch_size", "on_device", "partition", "val_fraction")
+DATA = data_defaults()  # the keys every dataset takes (schema.DataKeys) and their one default
+FEDERATION_KEYS = ("name", *DATA, "partition")  # read here, not passed to the dataset's builder
 PARTITION_SEED = 0x9A27  # the partition RNG is np.random.default_rng([seed, PARTITION_SEED])
 VALIDATION_SEED = 0x7A1D  # the held-out validation rows: np.random.default_rng([seed, VALIDATION_SEED])
 
@@ -59,7 +61,7 @@ def build_federated_data(cfg_data, num_clients: int | None, seed: int, device) -
     ``fl.num_clients`` when a client is left without training data. ``num_clients=None`` (``fl.num_clients=auto``):
     as many clients as the partitioner returns (the natural partition: one per group).
     """
-    bs, ebs = cfg_data.get("batch_size"), cfg_data.get("eval_batch_size", 1024)
+    bs, ebs = cfg_data.get("batch_size", DATA["batch_size"]), cfg_data.get("eval_batch_size", DATA["eval_batch_size"])
     _need(bs is not None and int(bs) >= 1, "data.batch_size", f"must be >= 1, got {bs}", "set data.batch_size=32")
     _need(ebs is not None and int(ebs) >= 1, "data.eval_batch_size", f"must be >= 1, got {ebs}", "set data.eval_batch_size=1024")
     p = cfg_data.get("partition")
@@ -71,7 +73,7 @@ def build_federated_data(cfg_data, num_clients: int | None, seed: int, device) -
           f"choose the partitioner with data/partition={name}")
 
     train, test, info = _unpack_sets(instantiate(cfg_data, "data", drop=FEDERATION_KEYS), str(cfg_data.get("_target_")))
-    train, val = hold_out(train, test.transform, float(cfg_data.get("val_fraction") or 0.0), seed)
+    train, val = hold_out(train, test.transform, float(cfg_data.get("val_fraction", DATA["val_fraction"]) or 0.0), seed)
     labels = train.labels.cpu().numpy()
     rng = np.random.default_rng([seed, PARTITION_SEED])
     extra = {}
@@ -96,7 +98,7 @@ def build_federated_data(cfg_data, num_clients: int | None, seed: int, device) -
     if empty:
         _need(False, "fl.num_clients", f"client {empty[0]} received no training data ({len(empty)} empty of "
               f"{num_clients}; {len(labels)} training examples)", _fewer_empty_clients(p, num_clients, len(labels)))
-    if cfg_data.get("on_device", False):
+    if cfg_data.get("on_device", DATA["on_device"]):
         train, test = train.to(device), test.to(device)
         val = None if val is None else val.to(device)
     return FederatedData(train, test, info, parts, int(bs), seed, int(ebs), val=val)
