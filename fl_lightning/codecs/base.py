@@ -1,12 +1,13 @@
 """Codecs: what a tensor costs on the wire and what the receiver rebuilds.
 
-A codec is an object a part is given (built from a ``_target_`` config): ``encode(key, tensor, state) -> Msg``
+A codec is an object a part is given (built from a ``_target_`` config): ``encode(tensor, state, rng) -> Msg``
 returns the :class:`~fl_lightning.messages.Msg` whose ``tensor`` is the receiver's dense reconstruction and
-whose ``nbits`` is the exact number of bits that travelled. ``state`` is the sending client's persistent state
-(a ``{name: tensor}`` dict kept in the ClientStateStore), for codecs with memory such as
-:class:`~fl_lightning.codecs.error_feedback.ErrorFeedback`; ``key`` names the tensor (codecs with memory keep their
-entries under it). ``rng`` is the sending client's generator (``client.rng``), for randomized codecs (``Sign``'s
-``sign_zero=random``); wrappers pass it on. Codecs never change the message weight; the part sets it.
+whose ``nbits`` is the exact number of bits that travelled. ``state`` is the codec's own memory for this tensor of
+this client (a :class:`CodecState`: the sending client's persistent entries under the tensor's key, so kept in the
+ClientStateStore and checkpointed), for codecs with memory such as
+:class:`~fl_lightning.codecs.error_feedback.ErrorFeedback` (``state["ef"]``); a codec sees nothing else of the
+client. ``rng`` is the sending client's generator (``client.rng``), for randomized codecs (``Sign``'s
+``sign_zero=random``); wrappers pass both on. Codecs never change the message weight; the part sets it.
 
 One rule for bits, every codec: a value (a coordinate, a scale, a factor entry) is charged at the width it travels
 in, the tensor's dtype (:func:`value_bits`: 32 for fp32, 64 for fp64, 16 for bf16); an index into d entries costs
@@ -15,6 +16,7 @@ in, the tensor's dtype (:func:`value_bits`: 32 for fp32, 64 for fp64, 16 for bf1
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, MutableMapping
 from typing import Protocol
 
 from torch import Generator, Tensor
@@ -27,8 +29,32 @@ class Codec(Protocol):
     ``omega`` (:class:`UnbiasedCodec`: unbiased compressors, read by ``Scallion``) and ``uses_client = True`` (the
     part passes ``client=`` to ``encode``: ``SignSteps``, read by ``ModelAverage``)."""
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
+    def encode(self, tensor: Tensor, state: MutableMapping[str, Tensor] | None = None,
                rng: Generator | None = None) -> Msg: ...
+
+
+class CodecState(MutableMapping):
+    """A codec's own memory for one tensor of one client: the entries of the client's persistent state under
+    ``"<key>/"`` (``key``: the tensor's name in the part's uploads), by their short names (``"ef"`` is
+    ``state["<key>/ef"]`` on disk). A part hands a codec this view, never the client's whole state."""
+
+    def __init__(self, state: MutableMapping[str, Tensor], key: str):
+        self.state, self.prefix = state, f"{key}/"
+
+    def __getitem__(self, name: str) -> Tensor:
+        return self.state[self.prefix + name]
+
+    def __setitem__(self, name: str, value: Tensor) -> None:
+        self.state[self.prefix + name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self.state[self.prefix + name]
+
+    def __iter__(self) -> Iterator[str]:
+        return (k[len(self.prefix):] for k in list(self.state) if k.startswith(self.prefix))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 class UnbiasedCodec(Codec, Protocol):
@@ -62,7 +88,6 @@ class Dense:
         """Variance parameter of an unbiased compressor, E‖C(v) − v‖² ≤ ω‖v‖²: 0 (exact)."""
         return 0.0
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
-               rng: Generator | None = None) -> Msg:
+    def encode(self, tensor: Tensor, state=None, rng: Generator | None = None) -> Msg:
         t = tensor.detach()
         return Msg(t, nbits=dense_bits(t))

@@ -30,6 +30,6 @@ class Clamp:
         self.min = None if min is None else float(min)
         self.max = None if max is None else float(max)
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None, rng=None) -> Msg:
-        msg = self.inner.encode(key, tensor, state, rng=rng)
+    def encode(self, tensor: Tensor, state=None, rng=None) -> Msg:
+        msg = self.inner.encode(tensor, state, rng=rng)
         return Msg(msg.tensor.clamp(min=self.min, max=self.max), weight=msg.weight, nbits=msg.bits(), to=msg.to)

@@ -3,8 +3,8 @@
 
 Wraps any codec (``inner``): ``ErrorFeedback(TopK(0.01))`` is FedEF-TopK, ``ErrorFeedback(ScaledSign())`` is
 EF-SignSGD's compressor (FedEF-Sign: FedEF-SGD, Alg. 3 of the FedSMU paper, anonymous, under review, App. H). The
-residual lives in the client's persistent state under ``"<key>/ef"`` (so it is checkpointed and resumed with the
-client), starting at zero; it never travels.
+residual is the codec's own state ``"ef"`` (the client's persistent ``"<key>/ef"``, so it is checkpointed and
+resumed with the client), starting at zero; it never travels.
 """
 from __future__ import annotations
 
@@ -21,13 +21,14 @@ class ErrorFeedback:
                               "give a codec _target_, e.g. fl_lightning.codecs.TopK")
         self.inner = inner
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None, rng=None) -> Msg:
+    RESIDUAL = "ef"  # its entry in the codec's state
+
+    def encode(self, tensor: Tensor, state=None, rng=None) -> Msg:
         if state is None:
             raise ValueError("ErrorFeedback needs the client's state to keep its residual")
-        rkey = f"{key}/ef"
         v = tensor.detach()
-        e = state.get(rkey)
+        e = state.get(self.RESIDUAL)
         corrected = v + e.to(v.dtype) if e is not None else v.clone()
-        msg = self.inner.encode(key, corrected, state, rng=rng)
-        state[rkey] = (corrected - msg.tensor).detach()
+        msg = self.inner.encode(corrected, state, rng=rng)
+        state[self.RESIDUAL] = (corrected - msg.tensor).detach()
         return msg

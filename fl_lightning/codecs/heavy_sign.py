@@ -32,7 +32,7 @@ class HeavySign:
     def k(self, d: int) -> int:
         return max(1, min(d, math.ceil(self.frac * d)))
 
-    def encode(self, key: str, tensor: Tensor, state=None, rng=None) -> Msg:
+    def encode(self, tensor: Tensor, state=None, rng=None) -> Msg:
         v = tensor.detach()
         flat = v.reshape(-1)
         d = flat.numel()

@@ -9,8 +9,8 @@ its first participation, frozen while it is not sampled: only an upload touches 
 
 Anonymous, "FedSMU: Communication-Efficient and Generalization-Enhanced Federated Learning through Symbolic Model
 Updates" (under review), Alg. 1; Lion: Chen et al., NeurIPS 2023, arXiv 2302.06675, Alg. 2. What travels and its
-bits are the inner codec's (u); m lives in the client's state under ``"<key>/lion_m"`` (fp32 at least), is
-checkpointed with the client and never travels. One vector per client (as Alg. 1; decision 002/#22 in
+bits are the inner codec's (u); m is the codec's own state ``"lion_m"`` (the client's ``"<key>/lion_m"``; fp32 at
+least), is checkpointed with the client and never travels. One vector per client (as Alg. 1; decision 002/#22 in
 docs/decisions.md).
 """
 from __future__ import annotations
@@ -35,19 +35,15 @@ class LionMomentum:
         self.inner = inner if inner is not None else Sign()
         self.beta1, self.beta2 = float(beta1), float(beta2)
 
-    @staticmethod
-    def state_key(key: str) -> str:
-        """Where the momentum of tensor ``key`` lives in the client's state (FedSMUM / FedSMUMC parts reach it)."""
-        return f"{key}/lion_m"
+    MOMENTUM = "lion_m"  # its entry in the codec's state (FedSMUM's and FedSMUMC's parts read and write it too)
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None, rng=None) -> Msg:
+    def encode(self, tensor: Tensor, state=None, rng=None) -> Msg:
         if state is None:
             raise ValueError("LionMomentum needs the client's state to keep its momentum")
-        mkey = self.state_key(key)
         g = tensor.detach().to(torch.promote_types(tensor.dtype, torch.float32))
-        m = state.get(mkey)
+        m = state.get(self.MOMENTUM)
         m = torch.zeros_like(g) if m is None else m.to(g.dtype)
         v = m * self.beta1 + g * (1 - self.beta1)
-        msg = self.inner.encode(key, v.to(tensor.dtype), state, rng=rng)
-        state[mkey] = m * self.beta2 + g * (1 - self.beta2)
+        msg = self.inner.encode(v.to(tensor.dtype), state, rng=rng)
+        state[self.MOMENTUM] = m * self.beta2 + g * (1 - self.beta2)
         return msg

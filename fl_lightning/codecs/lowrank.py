@@ -85,6 +85,6 @@ class LowRankSVD:
             raise ConfigError("frac", f"must be in (0, 1], got {frac}", "use e.g. 0.05")
         self.mode, self.frac = mode, float(frac)
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None, rng=None):
+    def encode(self, tensor: Tensor, state=None, rng=None):
         rec, nbytes = svd_roundtrip(tensor, self.mode, self.frac)
         return Msg(rec, nbits=8 * nbytes)

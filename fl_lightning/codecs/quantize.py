@@ -52,7 +52,7 @@ class Quantize:
             raise ConfigError("bits", "grid zero needs at least 2 bits (levels -1, 0, 1)", "use bits >= 2 or grid all_codes")
         self.bits, self.scale, self.grid = int(bits), scale, grid
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
+    def encode(self, tensor: Tensor, state=None,
                rng: torch.Generator | None = None) -> Msg:
         v = tensor.detach()
         lv, s = quantize(v, self.bits, self.grid)

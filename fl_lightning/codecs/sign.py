@@ -56,7 +56,7 @@ class Sign:
             raise ConfigError("scale", f"unknown scale {scale!r}", f"use one of {', '.join(self.SCALES)}")
         self.scale, self.sign_zero = scale, _sign_zero(sign_zero)
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
+    def encode(self, tensor: Tensor, state=None,
                rng: torch.Generator | None = None) -> Msg:
         v = tensor.detach()
         s = signs(v, self.sign_zero, rng)

@@ -33,7 +33,7 @@ class SignSteps:
             raise ConfigError("lr", f"must be > 0, got {lr}", "give the local Lion lr (method.lr)")
         self.lr = float(lr)
 
-    def encode(self, key: str, tensor: Tensor, state=None, rng=None, client=None) -> Msg:
+    def encode(self, tensor: Tensor, state=None, rng=None, client=None) -> Msg:
         if client is None:
             raise ValueError("SignSteps needs the client (its local steps and lr factor)")
         step, k = self.lr * client.lr_factor, max(1, int(client.step))

@@ -35,7 +35,7 @@ class TopK:
     def k(self, d: int) -> int:
         return max(1, min(d, math.ceil(self.frac * d)))
 
-    def encode(self, key: str, tensor: Tensor, state: dict[str, Tensor] | None = None,
+    def encode(self, tensor: Tensor, state=None,
                rng: torch.Generator | None = None) -> Msg:
         v = tensor.detach()
         flat = v.reshape(-1)

@@ -44,6 +44,8 @@ def build_strategy(cfg, key: str = "method") -> Strategy:
                 raise qualify(ConfigError(arg, f"names no part of this method ({other!r})",
                                           f"use one of {', '.join(parts)} (e.g. aggregation)"),
                               f"{key}.parts.{name}", _root(cfg))
+        if part.reads_parts():
+            part.link({arg: parts[other] for arg, other in part.reads_parts().items()})
     return Strategy(cfg.name, parts, grad_clip=cfg.get("grad_clip"))
 
 

@@ -213,8 +213,11 @@ class Part:
 
     def reads_parts(self) -> dict[str, str]:
         """The other parts whose state this one reads, ``{its argument: the part's name}`` (FedSMU-M's ``momentum_of``),
-        checked when the method is built."""
+        checked when the method is built, which then hands them over (:meth:`link`)."""
         return {}
+
+    def link(self, parts: dict[str, "Part"]) -> None:
+        """The parts :meth:`reads_parts` named, ``{its argument: the part}``, given once the method is built."""
 
     uses_idle_clients: bool = False  # True: the loop calls client_idle for every owned client not sampled this round
     def client_idle(self, client: ClientContext) -> None:

@@ -115,7 +115,7 @@ def test_t4_presign_recursion_under_random_participation():
     for t in range(60):
         if torch.rand((), generator=gen) < 0.35:  # irregular gaps tau
             g = torch.randn(7, dtype=torch.float64, generator=gen)
-            v = codec.encode("w", g, state).tensor
+            v = codec.encode(g, state).tensor
             if last is None:
                 torch.testing.assert_close(v, (1 - b1) * g)  # first participation: m = 0
             else:

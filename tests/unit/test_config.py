@@ -219,3 +219,6 @@ def test_a_part_that_reads_another_names_one_of_the_methods_parts(tmp_path):
     msg = build_error(FAST + ["method=fedsmum", "method.parts.completion.momentum_of=nope"], tmp_path)
     assert msg.startswith("config error: method.parts.completion.momentum_of: names no part of this method ('nope')")
     assert "aggregation" in msg
+    msg = build_error(FAST + ["method=fedsmumc", "method.parts.momentum.momentum_of=local_optimizer"], tmp_path)
+    assert msg.startswith("config error: method.parts.momentum.momentum_of: part 'local_optimizer' keeps no Lion "
+                          "momentum"), msg

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ...codecs.base import CodecState
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
@@ -55,7 +56,7 @@ class EF21Aggregation(Part):
                 out.c[n] = Msg(-delta)
                 continue
             gi = state.g.get(n, torch.zeros_like(delta))
-            c = self.codec.encode(out.c.path(n), delta - gi, client.state, rng=rng)
+            c = self.codec.encode(delta - gi, CodecState(client.state, out.c.path(n)), rng=rng)
             state.g[n] = gi + c.tensor
             out.c[n] = Msg(c.tensor, nbits=c.bits())
         return out.container

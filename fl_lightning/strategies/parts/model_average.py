@@ -31,6 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from torch import Tensor
+
+from ...codecs.base import CodecState
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
@@ -75,6 +78,11 @@ class ModelAverage(Part):
     class Up(Record):
         delta = Field("{}")  # per parameter: the model's change y_i − x (as the codec sent it)
 
+    def codec_state(self, state: dict[str, Tensor], n: str) -> CodecState:
+        """The codec's memory for parameter ``n`` of the client whose persistent ``state`` this is (what FedSMU-M's
+        parts read and write: the Lion momentum)."""
+        return CodecState(state, self.Up(self, None).delta.path(n))
+
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         w = float(client.num_samples) if (self.weighting == "num_samples" and self.rule != "n_minus_s") else 1.0
         out, sent = self.Up(self, {}), {}
@@ -83,7 +91,7 @@ class ModelAverage(Part):
         for n, x in client.global_params.items():
             delta = client.local[n].detach() - x
             if self.codec is not None and n in client.params:
-                m = self.codec.encode(out.delta.path(n), delta, client.state, rng=rng, **extra)
+                m = self.codec.encode(delta, self.codec_state(client.state, n), rng=rng, **extra)
                 out.delta[n] = Msg(m.tensor, w, nbits=m.bits())
             else:
                 out.delta[n] = Msg(delta, w)

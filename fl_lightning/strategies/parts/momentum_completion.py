@@ -24,6 +24,19 @@ from ..base import MODEL_KEY, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
 
 
+def lion_source(part: Part, other: Part):
+    """The aggregation part whose Lion codec keeps the momentum ``part`` reads (its ``momentum_of``)."""
+    from .model_average import ModelAverage
+
+    codec = other.codec if isinstance(other, ModelAverage) else None
+    while codec is not None and not isinstance(codec, LionMomentum):
+        codec = getattr(codec, "inner", None)  # a wrapper (Clamp, ErrorFeedback) around it
+    if codec is None:
+        raise part.error("momentum_of", f"part {other.name!r} keeps no Lion momentum (it needs ModelAverage with a "
+                         "LionMomentum codec)", "name FedSMU's aggregation part (momentum_of: aggregation)")
+    return other
+
+
 class MomentumCompletion(Part):
     uses_idle_clients = True
     SCALES = ("gamma1", "one")
@@ -49,8 +62,8 @@ class MomentumCompletion(Part):
         dev = self.server.device
         return {MODEL_KEY: Msg(torch.empty(0, device=dev), nbits=self.model_bits, to="all")}
 
-    def _mkey(self, n: str) -> str:
-        return LionMomentum.state_key(f"{self.momentum_of}/{n}")
+    def link(self, parts) -> None:
+        self.source = lion_source(self, parts["momentum_of"])
 
     class State(Record):
         y = Field("{}/y")  # the model a client last ended a round with (its last known model), per parameter
@@ -68,7 +81,8 @@ class MomentumCompletion(Part):
             x = client.global_params[n]
             y = state.y.get(n, x)
             g = (x - (1 - self.g1 * self.g2) * y).to(torch.promote_types(x.dtype, torch.float32))
-            m = client.state.get(self._mkey(n))
+            own = self.source.codec_state(client.state, n)  # the Lion codec's memory of this parameter
+            m = own.get(LionMomentum.MOMENTUM)
             m = torch.zeros_like(g) if m is None else m.to(g.dtype)
-            client.state[self._mkey(n)] = m * self.beta2 + g * ((1 - self.beta2) * self.s)
+            own[LionMomentum.MOMENTUM] = m * self.beta2 + g * ((1 - self.beta2) * self.s)
             state.y[n] = x.detach().clone()

@@ -39,6 +39,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ...codecs import Dense
+from ...codecs.base import CodecState
 from ...errors import ConfigError
 from ...optim.adapters import adapter_for
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
@@ -158,7 +159,7 @@ class OptimizerStateAverage(Part):
                 v = exported.get(sk)
                 if v is None:
                     continue
-                out.M[n, sk] = Msg(v, 1.0) if v.ndim == 0 else self.codec.encode(out.M.path((n, sk)), v, client.state,
-                                                                                  rng=rng)
+                own = CodecState(client.state, out.M.path((n, sk)))  # the codec's memory for this entry
+                out.M[n, sk] = Msg(v, 1.0) if v.ndim == 0 else self.codec.encode(v, own, rng=rng)
         return out.container
 

@@ -28,6 +28,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
+from ...codecs.base import CodecState
 from ...errors import ConfigError
 from ...ranges import Positive, Range
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
@@ -97,7 +98,7 @@ class Scallion(Part):
             if n not in self.c:
                 out.u[n] = Msg(-delta)
                 continue
-            msg = self.codec.encode(out.u.path(n), delta / k_eta - down.c[n], client.state, rng=rng)
+            msg = self.codec.encode(delta / k_eta - down.c[n], CodecState(client.state, out.u.path(n)), rng=rng)
             state.ci[n] = ci[n] + self.alpha_for(x.numel()) * msg.tensor
             out.u[n] = Msg(msg.tensor, nbits=msg.bits())
         return out.container

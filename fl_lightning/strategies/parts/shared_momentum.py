@@ -13,6 +13,7 @@ from torch import Tensor
 
 from ...codecs import LionMomentum
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from .momentum_completion import lion_source
 from ..records import Field, Record
 
 
@@ -29,8 +30,8 @@ class SharedMomentum(Part):
                                  dtype=torch.promote_types(server.global_params[n].dtype, torch.float32))
                   for n in server.trainable}
 
-    def _slot(self, n: str) -> str:
-        return LionMomentum.state_key(f"{self.momentum_of}/{n}")
+    def link(self, parts) -> None:
+        self.source = lion_source(self, parts["momentum_of"])
 
     class Wire(Record):  # down: the server's M; up: each sampled client's m_i
         M = Field("{}")
@@ -44,12 +45,12 @@ class SharedMomentum(Part):
     def client_start(self, client: ClientContext) -> None:
         down = self.Wire(self, client.received)
         for n in self.M:
-            client.state[self._slot(n)] = down.M[n].clone()
+            self.source.codec_state(client.state, n)[LionMomentum.MOMENTUM] = down.M[n].clone()
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         up = self.Wire(self, {})
         for n in self.M:
-            up.M[n] = Msg(client.state.pop(self._slot(n)))
+            up.M[n] = Msg(self.source.codec_state(client.state, n).pop(LionMomentum.MOMENTUM))
         return up.container
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:

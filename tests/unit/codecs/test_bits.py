@@ -54,7 +54,7 @@ def test_bits_are_the_hand_count(name, d, dtype):
     client = SimpleNamespace(step=3, lr_factor=1.0)
     codec = make()
     kw = {"client": client} if getattr(codec, "uses_client", False) else {}
-    msg = codec.encode("k", v, {}, rng=torch.Generator().manual_seed(0), **kw)
+    msg = codec.encode(v, {}, rng=torch.Generator().manual_seed(0), **kw)
     assert msg.bits() == count(d, WIDTH[dtype])
     assert msg.tensor.shape == v.shape
 
@@ -63,11 +63,11 @@ def test_bits_are_the_hand_count(name, d, dtype):
 def test_lowrank_factors_travel_at_the_tensor_width(dtype):
     """A 20 × 50 matrix at storage_frac 0.2: r = int(0.2·1000/71) = 2, factors 20·2 + 2 + 2·50 = 142 values."""
     v = torch.randn(20, 50, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
-    assert LowRankSVD(frac=0.2).encode("k", v).bits() == 142 * WIDTH[dtype]
+    assert LowRankSVD(frac=0.2).encode(v).bits() == 142 * WIDTH[dtype]
 
 
 def test_heavy_sign_at_frac_one_is_the_tensor():
     """At k = d nothing is left to sign: the tensor itself, TopK(1)'s bits (no scale)."""
     v = torch.tensor([0.5, -2.0, 0.0, 3.0], dtype=torch.float64)
-    m, t = HeavySign(1.0).encode("k", v), TopK(1.0).encode("k", v)
+    m, t = HeavySign(1.0).encode(v), TopK(1.0).encode(v)
     assert torch.equal(m.tensor, v) and m.bits() == t.bits() == 4 * (64 + 2)

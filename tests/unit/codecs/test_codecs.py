@@ -16,35 +16,35 @@ V = torch.tensor([[0.5, -2.0, 0.0], [3.0, -0.25, 1.0]])
 
 
 def test_dense_is_identity_and_counts_element_bits():
-    m = Dense().encode("k", V)
+    m = Dense().encode(V)
     assert torch.equal(m.tensor, V) and m.nbits == 6 * 32 and m.bits() == 6 * 32
-    assert Dense().encode("k", V.double()).nbits == 6 * 64
+    assert Dense().encode(V.double()).nbits == 6 * 64
 
 
 def test_sign_one_bit_per_coordinate():
-    m = Sign().encode("k", V)
+    m = Sign().encode(V)
     assert torch.equal(m.tensor, torch.tensor([[1.0, -1.0, 0.0], [1.0, -1.0, 1.0]]))  # ternary: sign(0) = 0 (no vote)
     assert m.nbits == 6                                                               # ... still 1 bit (002/#15)
-    p = Sign(sign_zero="+1").encode("k", V)
+    p = Sign(sign_zero="+1").encode(V)
     assert torch.equal(p.tensor, torch.tensor([[1.0, -1.0, 1.0], [1.0, -1.0, 1.0]])) and p.nbits == 6
-    s = Sign("l1").encode("k", V)
+    s = Sign("l1").encode(V)
     assert torch.allclose(s.tensor, m.tensor * (6.75 / 6)) and s.nbits == 6 + 32
 
 
 def test_sign_zero_random_draws_from_the_clients_generator():
     v = torch.zeros(4000)
     v[:10] = torch.arange(1, 11.0)
-    a = Sign(sign_zero="random").encode("k", v, rng=torch.Generator().manual_seed(1)).tensor
-    b = Sign(sign_zero="random").encode("k", v, rng=torch.Generator().manual_seed(1)).tensor
+    a = Sign(sign_zero="random").encode(v, rng=torch.Generator().manual_seed(1)).tensor
+    b = Sign(sign_zero="random").encode(v, rng=torch.Generator().manual_seed(1)).tensor
     assert torch.equal(a, b) and torch.equal(a[:10], torch.ones(10))
     assert set(a[10:].tolist()) == {-1.0, 1.0} and abs(float(a[10:].mean())) < 0.1  # fair coin
     with pytest.raises(ValueError, match="generator"):
-        Sign(sign_zero="random").encode("k", v)
+        Sign(sign_zero="random").encode(v)
 
 
 def test_scaled_sign_is_l1_over_d_per_tensor_plus_32_bits():
     """Karimireddy et al. 2019 Alg. 1: C(v) = (||v||_1 / d) sign(v); spec 002 §4: d bits + 32 per tensor."""
-    m = ScaledSign().encode("k", V)
+    m = ScaledSign().encode(V)
     torch.testing.assert_close(m.tensor, V.sign() * (V.abs().sum() / 6))
     assert m.nbits == 6 + 32
 
@@ -52,13 +52,13 @@ def test_scaled_sign_is_l1_over_d_per_tensor_plus_32_bits():
 def test_topk_default_rule_is_one_percent_with_log2_indices():
     """The written-down rule: k = ceil(1% d), bits k (32 + ceil(log2 d)) for fp32."""
     v = torch.randn(1000, generator=torch.Generator().manual_seed(0))
-    m = TopK().encode("k", v)
+    m = TopK().encode(v)
     assert int((m.tensor != 0).sum()) == 10 and m.nbits == 10 * (32 + 10)
 
 
 @pytest.mark.parametrize("frac,index_bits,k,bits", [(0.5, 32, 3, 3 * 64), (0.1, 32, 1, 64), (0.5, "log2", 3, 3 * (32 + 3))])
 def test_topk_keeps_largest_magnitudes(frac, index_bits, k, bits):
-    m = TopK(frac, index_bits).encode("k", V)
+    m = TopK(frac, index_bits).encode(V)
     kept = m.tensor != 0
     assert int(kept.sum()) == k and m.nbits == bits
     assert torch.equal(m.tensor[kept], V[kept])
@@ -81,12 +81,12 @@ def test_error_feedback_keeps_the_residual():
         c[i] = flat[i]
         c = c.view(2, 3)
         e = p - c
-        m = ef.encode("x", v, state)
+        m = ef.encode(v, state)
         torch.testing.assert_close(m.tensor, c)
-        torch.testing.assert_close(state["x/ef"], e)
+        torch.testing.assert_close(state["ef"], e)
         sent_total += m.tensor
         v_total += v
-    torch.testing.assert_close(sent_total + state["x/ef"], v_total)  # nothing is lost, only delayed
+    torch.testing.assert_close(sent_total + state["ef"], v_total)  # nothing is lost, only delayed
 
 
 @pytest.mark.parametrize("bits", [1, 3, 8])
@@ -96,10 +96,10 @@ def test_quantize_levels_written_out(bits):
     s = v.abs().max()
     levels = torch.tensor([-1 + 2 * j / (2 ** bits - 1) for j in range(2 ** bits)])
     nearest = levels[(v.reshape(-1, 1) / s - levels).abs().argmin(dim=1)].view_as(v)
-    m = Quantize(bits, scale="none").encode("k", v)
+    m = Quantize(bits, scale="none").encode(v)
     torch.testing.assert_close(m.tensor, nearest)
     assert m.nbits == bits * 150
-    mm = Quantize(bits, scale="max").encode("k", v)
+    mm = Quantize(bits, scale="max").encode(v)
     torch.testing.assert_close(mm.tensor, nearest * s)
     assert mm.nbits == bits * 150 + 32
     assert len(torch.unique(m.tensor)) <= 2 ** bits
@@ -107,10 +107,10 @@ def test_quantize_levels_written_out(bits):
 
 def test_quantize_one_bit_is_sign_and_zero_grid_has_zero():
     v = torch.tensor([0.3, -2.0, 1e-3, -1e-3, 2.0])
-    torch.testing.assert_close(Quantize(1, scale="none").encode("k", v).tensor, Sign().encode("k", v).tensor)
-    z = Quantize(2, scale="none", grid="zero").encode("k", v).tensor  # levels -1, 0, 1
+    torch.testing.assert_close(Quantize(1, scale="none").encode(v).tensor, Sign().encode(v).tensor)
+    z = Quantize(2, scale="none", grid="zero").encode(v).tensor  # levels -1, 0, 1
     torch.testing.assert_close(z, torch.tensor([0.0, -1.0, 0.0, 0.0, 1.0]))
-    assert torch.equal(Quantize(3).encode("k", torch.zeros(4)).tensor, torch.zeros(4))
+    assert torch.equal(Quantize(3).encode(torch.zeros(4)).tensor, torch.zeros(4))
 
 
 def test_lion_momentum_recursion_written_out():
@@ -122,10 +122,10 @@ def test_lion_momentum_recursion_written_out():
     gen = torch.Generator().manual_seed(0)
     for _ in range(6):
         g = torch.randn(2, 3, generator=gen)
-        out = codec.encode("w", g, state)
+        out = codec.encode(g, state)
         torch.testing.assert_close(out.tensor, torch.sign(b1 * m + (1 - b1) * g))
         m = b2 * m + (1 - b2) * g
-        torch.testing.assert_close(state["w/lion_m"], m)
+        torch.testing.assert_close(state["lion_m"], m)
         assert out.nbits == 6
 
 
@@ -138,11 +138,11 @@ def test_every_codec_works_under_error_feedback(inner, bits):
     total, sent = torch.zeros(2, 3), torch.zeros(2, 3)
     for _ in range(4):
         v = torch.randn(2, 3, generator=gen)
-        m = ef.encode("x", v, state, rng=gen)
+        m = ef.encode(v, state, rng=gen)
         assert m.nbits == bits
         total += v
         sent += m.tensor
-    torch.testing.assert_close(sent + state["x/ef"], total)
+    torch.testing.assert_close(sent + state["ef"], total)
 
 
 def test_codec_errors_name_their_argument():
@@ -216,3 +216,19 @@ def test_upload_bits_through_the_loop_equal_the_formulas(tmp_path, method, overr
     assert loop.recorder.totals["uplink_bits"] == rounds * s * bits_per_client(ps)
     assert loop.recorder.totals["downlink_bits"] == rounds * s * 32 * _d(MLP())
     assert loop.recorder.rows[-1]["round_uplink_bits"] == s * bits_per_client(ps)
+
+
+def test_a_codec_sees_only_its_own_state_under_the_tensors_key():
+    """A part hands a codec ``CodecState(client.state, key)``: the codec reads and writes its short names ("ef"),
+    stored in the client's state as "<key>/ef" (the names checkpoints hold), and sees no other entry."""
+    from fl_lightning.codecs.base import CodecState
+
+    client_state = {"aggregation/w/ef": torch.ones(3), "aggregation/b/ef": torch.zeros(1), "other/c": torch.ones(1)}
+    own = CodecState(client_state, "aggregation/w")
+    assert dict(own) == {"ef": client_state["aggregation/w/ef"]} and len(own) == 1
+    m = ErrorFeedback(Dense()).encode(torch.full((3,), 2.0), own)
+    torch.testing.assert_close(m.tensor, torch.full((3,), 3.0))  # v + e, sent whole
+    torch.testing.assert_close(client_state["aggregation/w/ef"], torch.zeros(3))  # nothing left over
+    assert set(client_state) == {"aggregation/w/ef", "aggregation/b/ef", "other/c"}
+    del own["ef"]
+    assert "aggregation/w/ef" not in client_state and "ef" not in own
