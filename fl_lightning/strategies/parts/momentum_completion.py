@@ -32,7 +32,7 @@ def lion_source(part: Part, other: Part):
     while codec is not None and not isinstance(codec, LionMomentum):
         codec = getattr(codec, "inner", None)  # a wrapper (Clamp, ErrorFeedback) around it
     if codec is None:
-        raise part.error("momentum_of", f"part {other.name!r} keeps no Lion momentum (it needs ModelAverage with a "
+        raise part.error("momentum_of", f"part {part.momentum_of!r} keeps no Lion momentum (it needs ModelAverage with a "
                          "LionMomentum codec)", "name FedSMU's aggregation part (momentum_of: aggregation)")
     return other
 
