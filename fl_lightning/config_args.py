@@ -17,7 +17,7 @@ from typing import Annotated
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError
-from .ranges import OneOf, Range
+from .ranges import LearningRate, OneOf, Range
 
 from .config import _interpolation_source, _root, _signature, qualify
 from .config_groups import check_labels, check_parts
@@ -158,9 +158,9 @@ def _override_text(v) -> str:
 # arguments of targets this package does not own (torch's optimizers), declared as their hints would be
 _UNIT = Annotated[float, Range(0.0, 1.0, open_high=True)]
 EXTERNAL_HINTS: dict[str, dict] = {
-    "torch.optim.SGD": {"lr": Annotated[float, Range(0.0)], "momentum": _UNIT,
+    "torch.optim.SGD": {"lr": LearningRate, "momentum": _UNIT,
                         "weight_decay": Annotated[float, Range(0.0)], "dampening": _UNIT, "nesterov": bool},
-    "torch.optim.Adam": {"lr": Annotated[float, Range(0.0)],
+    "torch.optim.Adam": {"lr": LearningRate,
                          "betas": Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)],
                          "eps": Annotated[float, Range(0.0, 1.0)], "weight_decay": Annotated[float, Range(0.0)],
                          "amsgrad": bool},

@@ -42,5 +42,8 @@ NonNegative = Annotated[float, Range(0.0)]
 Positive = Annotated[float, Range(0.0, open_low=True)]
 Fraction = Annotated[float, Range(0.0, 1.0, open_high=True)]  # betas, momenta, dropout rates: [0, 1)
 Betas = Annotated[tuple[float, float], Range(0.0, 1.0, open_high=True)]
+# a local optimizer's step size (method.lr reaches every local optimizer as ``lr``): >= 0, 0 = no step. Parts that
+# divide by it (GlobalAlignment's Δ_G, Scallion's K·η, SignSteps' step count) declare Positive instead.
+LearningRate = NonNegative
 
-__all__ = ["Betas", "Fraction", "NonNegative", "OneOf", "Positive", "Range"]
+__all__ = ["Betas", "Fraction", "LearningRate", "NonNegative", "OneOf", "Positive", "Range"]

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from ..ranges import Betas, NonNegative, Positive
+from ..ranges import Betas, LearningRate, NonNegative
 from .adapters import StateAdapter
 from .scalars import foreach_add_scaled_
 
@@ -41,10 +41,10 @@ class Lion(torch.optim.Optimizer):
     """Lion for a model (see module docstring); state ``exp_avg`` (m) per parameter, zeros at the first step.
     Steps a whole parameter group with ``torch._foreach_*`` (no host syncs)."""
 
-    def __init__(self, params: Iterable, lr: Positive = 1e-4, betas: Betas = (0.9, 0.99),
+    def __init__(self, params: Iterable, lr: LearningRate = 1e-4, betas: Betas = (0.9, 0.99),
                  weight_decay: NonNegative = 0.0):
-        if not lr > 0:
-            raise ValueError(f"Lion lr must be > 0, got {lr}")
+        if not lr >= 0:
+            raise ValueError(f"Lion lr must be >= 0, got {lr}")
         if not all(0 <= float(b) < 1 for b in betas):
             raise ValueError(f"Lion betas must be in [0, 1), got {betas}")
         if not weight_decay >= 0:

@@ -56,7 +56,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..ranges import Betas, NonNegative, OneOf, Range
+from ..ranges import Betas, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
 from .muon_math import (adamw_update, decoupled_step, lmo_update, momentum_coeffs, momentum_update, muon_direction,
@@ -81,7 +81,7 @@ class Muon(torch.optim.Optimizer):
     def __init__(
         self,
         params: Iterable,
-        lr: NonNegative = 1e-3,
+        lr: LearningRate = 1e-3,
         momentum: Annotated[float, Range(0.0, 1.0)] = 0.95,
         momentum_style: str = "ema_beta",
         nesterov: bool = True,
@@ -94,7 +94,7 @@ class Muon(torch.optim.Optimizer):
         weight_decay: NonNegative = 0.0,
         lmo: str = "spectral",
         aux: str = "sgd",
-        aux_lr: NonNegative | None = None,
+        aux_lr: LearningRate | None = None,
         aux_momentum: Annotated[float, Range(0.0, 1.0)] | None = None,
         aux_nesterov: bool | None = None,
         aux_weight_decay: NonNegative | None = None,

@@ -37,7 +37,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..ranges import Betas, Fraction, NonNegative, OneOf, Range
+from ..ranges import Betas, Fraction, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .scalars import add_scaled_
 
@@ -89,7 +89,7 @@ def power_qr(GG: Tensor, Q: Tensor) -> tuple[Tensor, Tensor]:
 class SOAP(torch.optim.Optimizer):
     """SOAP (see the module docstring)."""
 
-    def __init__(self, params: Iterable, lr: NonNegative = 3e-3, betas: Betas = (0.95, 0.95),
+    def __init__(self, params: Iterable, lr: LearningRate = 3e-3, betas: Betas = (0.95, 0.95),
                  shampoo_beta: Fraction | None = 0.95, eps: NonNegative = 1e-8, weight_decay: NonNegative = 0.01,
                  precondition_frequency: Annotated[int, Range(1, 10**9)] = 10,
                  max_precond_dim: Annotated[int, Range(1)] = 10000, precondition_1d: bool = False,

@@ -26,7 +26,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..ranges import Betas, NonNegative, OneOf, Positive
+from ..ranges import Betas, LearningRate, NonNegative, OneOf, Positive
 from .adapters import StateAdapter
 from .scalars import add_scaled_
 
@@ -38,7 +38,7 @@ DENOMINATORS = ("max", "add")
 class Sophia(torch.optim.Optimizer):
     """Sophia (see the module docstring). Feed curvature with ``update_hessian({param: ĥ})``."""
 
-    def __init__(self, params: Iterable, lr: NonNegative = 3e-4, betas: Betas = (0.9, 0.99),
+    def __init__(self, params: Iterable, lr: LearningRate = 3e-4, betas: Betas = (0.9, 0.99),
                  rho: Positive = 1.0, gamma: Positive = 1.0, eps: NonNegative = 1e-12, weight_decay: NonNegative = 0.01,
                  denominator: Annotated[str, OneOf(*DENOMINATORS)] = "max"):
         betas = tuple(betas)

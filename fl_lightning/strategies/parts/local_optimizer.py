@@ -38,7 +38,7 @@ class LocalOptimizer(Part):
             arg = blame(optimizer, getattr(optimizer, "keywords", {}), err)
             raise ConfigError(f"optimizer.{arg}" if arg else "optimizer",
                               f"rejected by the optimizer ({' '.join(str(err).split())})",
-                              "give it a valid value (lr > 0, momentum and weight_decay >= 0)") from None
+                              "give it a valid value (lr, momentum and weight_decay >= 0)") from None
         self.factory, self.groups_fn = optimizer, param_groups
         if state not in ("reset", "persistent"):
             raise ConfigError("state", f"unknown value {state!r}", "use reset or persistent")

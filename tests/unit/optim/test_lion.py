@@ -79,6 +79,6 @@ def test_state_adapter_exports_the_momentum():
 
 def test_bad_arguments():
     with pytest.raises(ValueError, match="lr"):
-        Lion(_net().parameters(), lr=0)
+        Lion(_net().parameters(), lr=-1e-3)
     with pytest.raises(ValueError, match="betas"):
         Lion(_net().parameters(), betas=(0.9, 1.0))
