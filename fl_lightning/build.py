@@ -22,6 +22,7 @@ from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .compiled_step import CompiledStep
 from .errors import ConfigError
+from .paper_block import read_paper
 from .recorder import RunRecorder
 from .schema import not_result_keys
 from .schema_check import check_value, rules
@@ -44,8 +45,6 @@ def validate(cfg: DictConfig, checked: bool = False) -> None:
         check(cfg)
     check_targets(cfg, drop={"data": FEDERATION_KEYS})  # every group built from _target_s (schema.TARGET_GROUPS)
     if cfg.get("paper") is not None:  # the report reads it after the runs: a malformed block is refused before them
-        from .report.paper import read_paper
-
         read_paper(cfg.paper)  # a PaperError is a ConfigError
     acc = str(cfg.trainer.accelerator)
     if acc in ("gpu", "cuda") and not torch.cuda.is_available():

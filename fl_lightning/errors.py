@@ -17,6 +17,10 @@ class NonFiniteLossError(FLError):
     """The training loss became NaN or inf; the run stops and keeps its last good checkpoint."""
 
 
+class ReportError(FLError):
+    """A path or option the report cannot use (one line)."""
+
+
 class ResumeError(FLError):
     """A checkpoint cannot be resumed as asked (missing, or written by a config that changes results)."""
 

@@ -21,83 +21,14 @@ paper. Seed 000 prints no numbers, only orderings: ``ordering`` and ``claims`` s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import OmegaConf
 
-from ..errors import ConfigError
-from .runs import ReportError
+from ..paper_block import UNITS, Paper, PaperError, read_paper  # noqa: F401 (the report's names for them)
+from ..errors import ReportError
 from .table import Row
 
-UNITS = ("%", "fraction", None)
 FRACTIONS = ("acc", "f1", "mcc", "frac")  # our metrics whose value is a fraction: test_acc, val_f1, mu_frac, ...
-_KEYS = ("source", "metric", "key", "unit", "cells", "ordering", "claims")
-_CLAIM_KEYS = ("better", "worse", "order", "converges", "where", "text")
-
-
-class PaperError(ConfigError, ReportError):
-    """A malformed ``paper:`` block: a config error (refused before a run) the report also stops on."""
-
-
-@dataclass
-class Paper:
-    source: str = ""
-    metric: str = ""
-    key: str | None = None
-    unit: str | None = None
-    cells: list[dict[str, Any]] = field(default_factory=list)
-    ordering: list[Any] = field(default_factory=list)
-    claims: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _tiers_ok(order: Any) -> bool:
-    return isinstance(order, list) and len(order) > 0 and not any(isinstance(t, list) and not t for t in order)
-
-
-def read_paper(node: Any) -> Paper | None:
-    """The ``paper:`` block of a run's config (None: the config has none); a malformed block is one line."""
-    if node is None:
-        return None
-    block = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-    if not isinstance(block, dict):
-        raise PaperError("paper", f"expected a table, got {block!r}", f"give {', '.join(_KEYS)}")
-    unknown = set(block) - set(_KEYS)
-    if unknown:
-        raise PaperError(f"paper.{sorted(unknown)[0]}", "no such key", f"use {', '.join(_KEYS)}")
-    key = block.get("key")
-    if key is not None and not isinstance(key, str):
-        raise PaperError("paper.key", f"got {key!r}", "name the run metric the numbers compare with (test_acc, "
-                         "train_loss, test_ppl, ..., or rounds_to_target)")
-    if block.get("unit") not in UNITS:
-        raise PaperError("paper.unit", f"got {block['unit']!r}", "use '%', fraction or null (the metric's own scale)")
-    cells = block.get("cells") or []
-    if not isinstance(cells, list):
-        raise PaperError("paper.cells", "expected a list", "write cells: [{KEY: VALUE, ..., value: NUMBER}]")
-    for i, c in enumerate(cells):
-        if not isinstance(c, dict) or not isinstance(c.get("value"), (int, float)) or isinstance(c.get("value"), bool) \
-                or len(c) < 2:
-            raise PaperError(f"paper.cells[{i}]", f"got {c!r}",
-                             "give the keys that pick the row and the paper's number, {KEY: VALUE, ..., value: NUMBER}")
-    ordering = block.get("ordering") or []
-    if ordering and not _tiers_ok(ordering):
-        raise PaperError("paper.ordering", "expected a list", "list the first --by key's values best first (a list "
-                         "inside it is a tier whose order is not stated)")
-    claims = block.get("claims") or []
-    if not isinstance(claims, list):
-        raise PaperError("paper.claims", "expected a list", "write claims: [{better: A, worse: B, text: ...}]")
-    for i, c in enumerate(claims):
-        where = f"paper.claims[{i}]"
-        if not isinstance(c, dict) or set(c) - set(_CLAIM_KEYS):
-            raise PaperError(where, f"got {c!r}", f"use the keys {', '.join(_CLAIM_KEYS)}")
-        kinds = ("better" in c and "worse" in c) + ("order" in c) + ("converges" in c)
-        if kinds != 1 or ("order" in c and not _tiers_ok(c["order"])) or (("better" in c) != ("worse" in c)):
-            raise PaperError(where, f"got {c!r}", "give one of: better and worse, order (values of the first --by "
-                             "key, best first), or converges (a value none of whose runs may diverge)")
-        if not isinstance(c.get("where", {}), dict):
-            raise PaperError(f"{where}.where", f"got {c['where']!r}", "give {KEY: VALUE, ...} of the other --by keys")
-    return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), key, block.get("unit"), cells,
-                 ordering, claims)
 
 
 def same(a: Any, b: Any) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from ..errors import FLError
+from ..errors import ReportError  # noqa: F401 (the report package names it from here)
 from ..schema import not_result_keys
 
 # group keys that name a config group by its display name (``method.name``...), as the CLI and summaries do
@@ -21,10 +21,6 @@ _NAMED = {"method": "method.name", "model": "model.name", "data": "data.name", "
 # keys that never tell two settings apart: the schema's keys that leave results alone (schema.not_result_keys), the
 # seed (runs of one setting differ by it), the logger, and what only evaluation or lookups read
 _IGNORED = (*not_result_keys(), "seed", "logger", "data.eval_batch_size", "data.on_device", "tables")
-
-
-class ReportError(FLError):
-    """A path or option the report cannot use (one line)."""
 
 
 def closest(name: str, known) -> str:
