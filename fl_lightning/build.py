@@ -8,24 +8,33 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import json
 import logging
 import os
 import time
+import warnings
 
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from . import peers, signals
-from ._compat import import_fabric, set_collective_timeout
+from ._compat import import_fabric, set_collective_timeout, starts_processes_from_a_function
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .compiled_step import CompiledStep
+from .config import _interpolation_source, instantiate
+from .config_args import check_targets
+from .data import FEDERATION_KEYS, build_federated_data
 from .errors import ConfigError
+from .loop import FederatedLoop, LoopConfig
+from .models import build_model
 from .paper_block import read_paper
 from .recorder import RunRecorder
 from .schema import not_result_keys
-from .schema_check import check_value, rules
+from .schema_check import check, check_value, rules
+from .strategies import build_strategy
+from .threads import auto_threads
 
 log = logging.getLogger("fl_lightning")
 
@@ -37,10 +46,6 @@ def validate(cfg: DictConfig, checked: bool = False) -> None:
     """The schema's checks and rules (:func:`fl_lightning.schema_check.check`; ``checked``: the CLI ran them already, before
     torch was imported), the ``_target_`` nodes' keys against their constructors
     (:func:`fl_lightning.config_args.check_targets`), then what needs torch: a GPU asked for is there."""
-    from .config_args import check_targets
-    from .data import FEDERATION_KEYS
-    from .schema_check import check
-
     if not checked:
         check(cfg)
     check_targets(cfg, drop={"data": FEDERATION_KEYS})  # every group built from _target_s (schema.TARGET_GROUPS)
@@ -103,8 +108,6 @@ def apply_threads(cfg: DictConfig, num_params: int | None = None) -> int:
     :func:`fl_lightning.threads.auto_threads` (the CPUs this process may use over ``trainer.devices``, or
     ``OMP_NUM_THREADS``). Idle OpenMP threads sleep instead of spinning (:func:`fl_lightning.threads.passive_wait`,
     set by train.py before torch loads), so the default stays fast on a busy machine (docs/benchmarks.md)."""
-    from .threads import auto_threads
-
     t = cfg.trainer.threads
     check_value("trainer.threads", t)
     devices = cfg.trainer.devices
@@ -126,10 +129,6 @@ def make_loggers(cfg: DictConfig) -> list:
     one file being the run's own metrics.csv (RunRecorder; ``logger=csv`` names it and adds nothing). A resumed run
     logs into its own version folder (``resumed_<time>``; a logger would otherwise overwrite or mix the earlier
     part's files). A logger whose package is missing is one line naming the package and the extra that installs it."""
-    import importlib.util
-
-    from .config import instantiate
-
     node = cfg.get("logger")
     if not OmegaConf.is_dict(node):
         return []
@@ -150,7 +149,7 @@ def make_loggers(cfg: DictConfig) -> list:
             v = sub[k]
             if v is None and k in _LOGGER_FOLDERS:
                 raise ConfigError(f"logger.{name}.{k}", "must be a folder, got null",
-                                  f"remove the override (default: the run's logs/ folder) or give a folder")
+                                  "remove the override (default: the run's logs/ folder) or give a folder")
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 extra[k] = str(v)
         loggers.append(instantiate(sub, f"logger.{name}", drop=(), **extra))
@@ -223,10 +222,6 @@ def check_model_memory(cfg: DictConfig, info, device: torch.device, copies: int 
     """Parameters × bytes, counted on the meta device (nothing allocated), times ``copies`` (the model, its gradients
     and the global copy; optimizer and client states come on top) against the memory available: one line naming
     the model instead of an allocation failure or the OOM killer minutes later."""
-    import warnings
-
-    from .models import build_model
-
     avail = available_memory(device)
     if avail is None:
         return
@@ -248,8 +243,6 @@ def check_model_memory(cfg: DictConfig, info, device: torch.device, copies: int 
 def _check_launcher(fabric) -> None:
     """train.py runs as a script in every process (Fabric re-runs it per rank); launchers that start processes from a
     function (``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``) are refused in one line instead of Fabric's TypeError."""
-    from ._compat import starts_processes_from_a_function
-
     if starts_processes_from_a_function(fabric.strategy.launcher):
         raise ConfigError("trainer.strategy", "train.py starts one process per device by re-running itself; "
                           f"{type(fabric.strategy).__name__} with {fabric.strategy.launcher._start_method} start-up "
@@ -259,11 +252,6 @@ def _check_launcher(fabric) -> None:
 def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False):
     """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``).
     ``checked``: :func:`fl_lightning.schema_check.check` already ran on ``cfg`` (the CLI does, before torch is imported)."""
-    from .data import build_federated_data
-    from .loop import FederatedLoop, LoopConfig
-    from .models import build_model
-    from .strategies import build_strategy
-
     validate(cfg, checked)
     apply_threads(cfg)
     os.makedirs(run_dir, exist_ok=True)
@@ -331,8 +319,6 @@ def step_compiler(cfg: DictConfig, device: torch.device):
 def lr_keys(cfg: DictConfig) -> dict[str, str | None]:
     """The keys a user types for the clients' learning rate (the local optimizer's ``lr``) and the server's (a
     server optimizer's ``lr``, else a part's ``server_lr``), following interpolations (``${method.server_lr}``)."""
-    from .config import _interpolation_source
-
     def typed(key: str) -> str:
         return _interpolation_source(cfg, key) or key
 

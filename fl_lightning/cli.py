@@ -3,18 +3,25 @@ stop and resume from the directory alone (:mod:`fl_lightning.run_dir`: the saved
 top, differences in result-relevant keys named; the directory's lock and guard)."""
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import re
 import signal
 import sys
 
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from . import peers, signals
+from . import peers, signals, slurm
 from .errors import FLError, NonFiniteLossError, StopRequested
+from .progress import set_enabled
 from .run_dir import (CONTROL, OVERRIDES_FILE, RunDirLock, _in_sweep, _okey, _resume_hint, _saved_overrides, _task_overrides,
                       guard_fresh_run, merge_overrides, resume_command, resume_config)
 from .schema import CONFIG_GROUPS, OPTIONAL_GROUPS, register
+from .schema_check import check, check_overrides, check_resume, check_value, closest_key
 
 register()  # the schema (conf/config.yaml's first default) before Hydra composes
 
@@ -74,8 +81,6 @@ def prepare(argv: list[str], conf_dir: str) -> list[str]:
     each), and for ``resume=DIR`` the run's saved overrides put under the new ones, so that Hydra composes the
     resumed run's config once (a key only the resumed run has, e.g. ``model.net.pretrained_path``, is accepted).
     Returns the overrides to compose."""
-    from .schema_check import check_overrides, check_resume
-
     check_groups(argv, conf_dir)
     argv = [a for a in argv if a.lstrip("+") not in (f"{g}=null" for g in OPTIONAL_GROUPS)]  # already none
     try:
@@ -102,18 +107,12 @@ def prepare(argv: list[str], conf_dir: str) -> list[str]:
 def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str:
     """Hydra's report of a config that does not compose, as one line: ``X=v`` for a key the config does not have
     names the closest key (the config is composed once more, without that override, only on this error path)."""
-    import re
-
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     m = re.search(r"Could not override '([^']+)'", str(err))
     if m and "To append to your config" in str(err):
         name = m.group(1)
         near = None
         try:
-            from hydra import compose, initialize_config_dir
-
-            from .schema_check import closest_key
-
             rest = [a for a in argv if _okey(a) != name and not a.startswith("hydra.")]
             with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
                 near = closest_key(compose(config_name="config", overrides=rest), name)
@@ -152,9 +151,6 @@ def main(hydra_main, argv: list[str], conf_dir: str) -> None:
             os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
             hydra_main()
     except Exception as err:
-        from hydra.errors import HydraException
-        from omegaconf.errors import OmegaConfBaseException
-
         if user_full_error() or not isinstance(err, (HydraException, OmegaConfBaseException)):
             raise
         fail(composition_error(err, argv, conf_dir))
@@ -162,8 +158,6 @@ def main(hydra_main, argv: list[str], conf_dir: str) -> None:
 
 def flag(cfg: DictConfig, key: str, default: bool = False) -> bool:
     """A boolean setting, strictly: true/false (``force_resume=no`` is an error, not a yes)."""
-    from .schema_check import check_value
-
     v = OmegaConf.select(cfg, key, default=None)
     if v is None:
         return default
@@ -188,8 +182,6 @@ def _say_where(summary: dict, run_dir: str, progress: bool, cfg: DictConfig | No
 def _requeue_line(cfg: DictConfig, stop: StopRequested, run_dir: str, asked: str | None) -> str | None:
     """After a SIGUSR1 stop under Slurm with ``trainer.requeue`` (default): requeue the job (rank 0) and return the one
     line that says so, or why not; None outside Slurm or with ``trainer.requeue=false`` (the plain stop line)."""
-    from . import slurm
-
     if slurm.job_id() is None or not flag(cfg, "trainer.requeue", default=True):
         return None
     signals.ignore()  # scontrol requeue signals this job: the line below must not be cut
@@ -211,8 +203,6 @@ _DISK_ERRORS = {"ENOSPC": "the disk is full", "EDQUOT": "the disk quota is excee
 
 def _disk_message(err: OSError, run_dir: str, loop, cfg: DictConfig | None = None) -> str | None:
     """One line for an output failure (disk full, read-only, forbidden), or None for any other OSError."""
-    import errno
-
     what = {getattr(errno, k): v for k, v in _DISK_ERRORS.items() if hasattr(errno, k)}.get(err.errno)
     if what is None:
         return None
@@ -246,7 +236,7 @@ def _resume_dir(cfg: DictConfig) -> str | None:
     run: the one line a job script, a requeued Slurm job or a re-run sweep needs."""
     r = cfg.get("resume")
     if r == "auto":
-        from .checkpoint import list_checkpoints
+        from .checkpoint import list_checkpoints  # imports torch (2 s): only for resume=auto, after the checks
 
         run_dir = str(cfg.run_dir)
         return run_dir if list_checkpoints(os.path.join(run_dir, "checkpoints")) else None
@@ -268,8 +258,6 @@ def task(cfg: DictConfig) -> float:
 
 def run(cfg: DictConfig) -> dict | None:
     """Build and run one job; user errors become one line on stderr and a non-zero exit."""
-    from .progress import set_enabled
-
     with signals.during_setup("building the run"):  # the loop takes the signals over after its first round
         resume = _resume_dir(cfg)
         signals.set_phase("building the run", resume)
@@ -301,10 +289,8 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     asked = cfg.get("resume")  # as typed (auto, a directory or none): what a requeued job's command will do
     loop = None
     try:
-        from .schema_check import check
-
         check(cfg, _task_overrides())  # every schema key and rule, before torch is imported (once: see build)
-        from .build import build
+        from .build import build  # imports torch (2 s): after the schema check, so a bad key fails in a moment
         force = flag(cfg, "force_resume")
         if resume:
             cfg = resume_config(cfg, run_dir, force)
@@ -313,8 +299,6 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
             _HELD_LOCKS.append(RunDirLock(run_dir))  # held until the process exits
             if not resume:
                 guard_fresh_run(run_dir, flag(cfg, "overwrite"))
-        from .progress import set_enabled
-
         set_enabled(flag(cfg, "trainer.progress", default=True))  # also for what runs before the loop (pre-training)
         peers.set_run(run_dir, lambda: loop and loop.checkpointer.last, lambda: loop and loop.round + 1)
         loop = build(cfg, run_dir, checked=not resume)  # check() ran above (a resumed config: on the saved one)
@@ -361,8 +345,6 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
             raise
         fail(msg)
     except Exception as err:  # config values Hydra/OmegaConf could not resolve, etc.
-        from omegaconf.errors import OmegaConfBaseException
-
         if not full and peers.is_peer_failure(err):  # another process is gone: one line, out at once
             _lost_peer(err, cfg)
 

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 
 import functools
+import inspect
 import re
 from typing import Any
 
+from hydra.errors import InstantiationException
+from hydra.utils import get_object
+from hydra.utils import instantiate as hydra_instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError, FLError
@@ -79,12 +83,8 @@ def _sub_node(plain, rel: str):
 
 
 def _signature(target):
-    import inspect
-
     if isinstance(target, str):
         try:
-            from hydra.utils import get_object
-
             target = get_object(target)
         except Exception:
             return None
@@ -103,8 +103,6 @@ def blame(target, kwargs: dict, err: BaseException) -> str | None:
     """The argument of ``target`` (a callable or a ``_target_`` path) that the exception ``err`` raised when calling
     it with ``kwargs`` points at: the one argument the message names (``Invalid momentum value: -1``), else the first
     whose value is not of its default's kind (``None`` for a number, ``'abc'`` for a float). None if unclear."""
-    import inspect
-
     args = {k: v for k, v in kwargs.items() if not str(k).startswith("_")}
     msg = str(err)
     for words, name in _SYNONYMS:  # torch.optim's messages name some arguments in words
@@ -158,9 +156,6 @@ def instantiate(node: Any, key: str, *, drop: tuple[str, ...] = ("name",), **kwa
     ``dict``/``list`` (``_convert_="all"``), nested ``_target_`` nodes are built first (``_partial_: true`` gives a
     factory). Errors: see the module docstring.
     """
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate as hydra_instantiate
-
     root = _root(node) if OmegaConf.is_config(node) else None
     if OmegaConf.is_config(node):
         try:

@@ -8,12 +8,16 @@ target, and a value must fit the argument's annotation and its :mod:`~fl_lightni
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-
+import collections.abc
 import difflib
 import functools
+import inspect
+import types
+import typing
+from collections.abc import Mapping
 from typing import Annotated
 
+from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError
@@ -22,6 +26,7 @@ from .ranges import LearningRate, OneOf, Range
 from .config import _interpolation_source, _root, _signature, qualify
 from .config_groups import check_labels, check_parts
 from .schema import TARGET_GROUPS
+from .schema_check import bounds, problem
 
 _KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
@@ -32,10 +37,6 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     item), ``length`` (a ``tuple[float, float]``'s 2) and ``scalar`` (``int | list[int]``: one value accepted too).
     The range comes from ``typing.Annotated`` markers (:class:`~fl_lightning.ranges.Range`,
     :class:`~fl_lightning.ranges.OneOf`). None for a hint it does not understand (its constructor checks it)."""
-    import collections.abc
-    import types
-    import typing
-
     rng, choices = None, ()
 
     def unwrap(h):  # Annotated[X, Range(...)] -> X, keeping the markers
@@ -87,8 +88,6 @@ def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
 
 def arg_problem(meta: dict, value) -> str | None:
     """What is wrong with ``value`` for an argument described by :func:`arg_meta` (None: nothing)."""
-    from .schema_check import problem
-
     if meta["kind"] != "list" or value is None or (isinstance(value, str) and value in meta["words"]):
         return problem(meta, value)
     if not isinstance(value, (list, tuple)):
@@ -107,8 +106,6 @@ def arg_problem(meta: dict, value) -> str | None:
 
 def _describe(meta: dict) -> str:
     """``an int in [1, 65536]``, ``a list of 2 floats in [0, 1)``, ``one of mean, n_minus_s``: the valid values."""
-    from .schema_check import bounds
-
     if meta["kind"] == "list":
         item = meta["items"]
         n = f"{meta['length']} " if meta["length"] else ""
@@ -171,12 +168,7 @@ EXTERNAL_HINTS["torch.optim.AdamW"] = EXTERNAL_HINTS["torch.optim.Adam"]
 @functools.lru_cache(maxsize=None)
 def _target_info(target: str):
     """(object, signature, hints with their Annotated markers) of a ``_target_`` path; None if it does not import."""
-    import inspect
-    import typing
-
     try:
-        from hydra.utils import get_object
-
         obj = get_object(target)
     except Exception:
         return None
@@ -192,9 +184,6 @@ def _target_info(target: str):
 
 def _typed_dict(hint) -> dict | None:
     """The keys and hints of a ``TypedDict`` argument (``backbone: Backbone | None``), else None."""
-    import types
-    import typing
-
     if typing.get_origin(hint) is typing.Annotated:
         hint = typing.get_args(hint)[0]
     alts = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
@@ -231,8 +220,6 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
     interpolated), whose fix names a valid value for that key. ``drop``: keys of a node (by its full key) that the
     builder consumes before calling the target (``data``'s batch sizes and partition). Then the nodes under
     ``method.parts`` (:func:`check_parts`) and the groups' labels (:func:`check_labels`)."""
-    from .schema_check import problem
-
     if "method" in groups and OmegaConf.is_dict(cfg.get("method")):
         check_parts(cfg.method)
     for group in groups:

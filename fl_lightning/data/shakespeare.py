@@ -49,8 +49,8 @@ def read_leaf(folder: str) -> tuple[list[str], dict[str, dict]]:
         except (OSError, ValueError, KeyError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError included
             what = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
             raise ConfigError("root", f"{path} is not a LEAF json file ({type(err).__name__}: {what})",
-                              f"replace it with LEAF's file (preprocess.sh -s niid --sf 1.0 -k 0 -t sample writes "
-                              f"{{\"users\": [...], \"user_data\": {{user: {{\"x\": [...], \"y\": [...]}}}}}}), "
+                              "replace it with LEAF's file (preprocess.sh -s niid --sf 1.0 -k 0 -t sample writes "
+                              "{\"users\": [...], \"user_data\": {user: {\"x\": [...], \"y\": [...]}}}), "
                               "or point data.root at another folder") from None
         users += [u for u in found if u not in data]
         data.update({u: part["user_data"][u] for u in found})
