@@ -161,13 +161,13 @@ def make_fabric(cfg: DictConfig, run_dir: str):
     loggers = make_loggers(cfg)
     t = cfg.trainer
     prec = str(t.precision)
-    strategy, devices = t.get("strategy", "auto"), t.devices
+    strategy, devices = t.strategy, t.devices
     if int(t.processes_per_device) > 1:
         strategy, devices = shared_devices(t)
     try:
-        fabric = Fabric(accelerator=t.accelerator, devices=devices, num_nodes=int(t.get("num_nodes", 1)),
+        fabric = Fabric(accelerator=t.accelerator, devices=devices, num_nodes=int(t.num_nodes),
                         strategy=strategy, precision=prec, loggers=loggers)
-        set_collective_timeout(fabric.strategy, int(t.get("timeout_s", 300)))
+        set_collective_timeout(fabric.strategy, int(t.timeout_s))
         return fabric
     except (ValueError, TypeError, RuntimeError) as err:  # Fabric's own checks: one line naming the key
         msg = " ".join(str(err).split())
@@ -182,7 +182,7 @@ def shared_devices(t: DictConfig):
     (Fabric starts one process per entry and puts each on its entry's device), with gloo collectives (NCCL refuses two
     processes on one GPU). As pfl-research and the seeds' Ray scripts do: several clients in flight on one GPU, each
     process training its share of the round's clients. Returns ``(strategy, devices)`` for Fabric."""
-    strategy = str(t.get("strategy", "auto"))
+    strategy = str(t.strategy)
     if strategy not in ("auto", "ddp"):
         raise ConfigError("trainer.strategy", f"{strategy} cannot share a device between processes "
                           f"(trainer.processes_per_device={t.processes_per_device})", "use trainer.strategy=ddp (or auto)")

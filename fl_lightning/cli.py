@@ -221,7 +221,7 @@ def _lost_peer(err: BaseException, cfg: DictConfig) -> None:
     rank = dist.get_rank() if dist.is_initialized() else int(os.environ.get("RANK", 0) or 0)
     world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", 1) or 1)
     peers.ENDING.set()  # before the heartbeat check: a launched rank's exit is this loss, not news
-    msg = peers.lost_peer_message(err, rank, world, float(cfg.trainer.get("timeout_s", 300)))
+    msg = peers.lost_peer_message(err, rank, world, float(cfg.trainer.timeout_s))
     try:
         sys.stdout.flush()
         sys.stderr.flush()
