@@ -13,7 +13,7 @@ import sys
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from . import peers, signals, slurm
 from .errors import FLError, NonFiniteLossError, StopRequested
@@ -109,8 +109,9 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
     names the closest key (the config is composed once more, without that override, only on this error path)."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     m = re.search(r"Could not override '([^']+)'", str(err))
-    if m and "To append to your config" in str(err):
-        name = m.group(1)
+    missing = err.__cause__ if isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError)) else None
+    if missing is not None and missing.full_key:  # OmegaConf names the key the config does not have
+        name = str(missing.full_key)
         near = None
         try:
             rest = [a for a in argv if _okey(a) != name and not a.startswith("hydra.")]
