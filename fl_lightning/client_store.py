@@ -24,6 +24,7 @@ those, one client at a time (``layout`` gives a client's tensor shapes without r
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -36,6 +37,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from ._compat import storage_use_count
+from .errors import ConfigError
 
 ALIGN = 64  # byte alignment of each value in a client's buffer (a multiple of every dtype's size)
 SPARES = 4  # buffers kept for reuse: a fresh one above glibc's mmap threshold (32 MB) is page-faulted in on first use
@@ -138,10 +140,6 @@ class ClientStateStore:
     @staticmethod
     def _claim(offload_dir: str):
         """An exclusive lock on ``<offload_dir>/.lock`` for the store's life: two runs never share client files."""
-        import fcntl
-
-        from .errors import ConfigError
-
         os.makedirs(offload_dir, exist_ok=True)
         f = open(os.path.join(offload_dir, ".lock"), "a")
         try:

@@ -6,15 +6,16 @@
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import difflib
 import functools
+import os
+from collections.abc import Mapping
 
+import yaml
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError
-
 
 # ---------------------------------------------------------------------------------------------- labels and parts
 _GROUP_WORDS = {"data": "dataset", "data/partition": "partition"}
@@ -22,19 +23,13 @@ _GROUP_WORDS = {"data": "dataset", "data/partition": "partition"}
 
 def _shipped_conf() -> str:
     """This checkout's conf/ (the members the package ships)."""
-    import os
-
     return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
 
 
 def _conf_dirs() -> tuple[str, ...]:
     """The folders Hydra composes from: inside a Hydra app its ``file://`` config sources (conf/ and any
     ``hydra.searchpath`` folder), else this checkout's conf/."""
-    import os
-
     try:
-        from hydra.core.hydra_config import HydraConfig
-
         if HydraConfig.initialized():
             dirs = tuple(s.path[len("file://"):] if s.path.startswith("file://") else s.path
                          for s in HydraConfig.get().runtime.config_sources if s.schema == "file")
@@ -57,10 +52,6 @@ def _group_members(dirs: tuple[str, ...], group: str) -> dict[str, tuple[str, tu
     """``{file name: (its yaml's name, its identity, shipped)}`` for the members of ``group`` (``data/partition``) in
     ``dirs`` (shipped: from the package's conf/, not a ``hydra.searchpath`` folder); a member that extends another of
     its group (``defaults: [cnn_fedsmu, _self_]``) has the merged keys."""
-    import os
-
-    import yaml
-
     raw: dict[str, dict] = {}
     shipped: set[str] = set()
     for d in dirs:
@@ -99,8 +90,6 @@ def _group_members(dirs: tuple[str, ...], group: str) -> dict[str, tuple[str, tu
 @functools.lru_cache(maxsize=None)
 def _group_folders(dirs: tuple[str, ...]) -> tuple[str, ...]:
     """The config groups of ``dirs``: each folder holding a yaml (``model``, ``data/partition``)."""
-    import os
-
     return tuple(sorted({os.path.relpath(root, d).replace(os.sep, "/") for d in dirs for root, _, files in os.walk(d)
                          if root != d and any(f.endswith(".yaml") for f in files)}))
 

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import atexit
 import os
+import signal
 import socket
 import sys
 import threading
 import time
 import uuid
 import weakref
+
+from .errors import ConfigError
 
 BEAT_S = 1.0  # heartbeat period; a counter that does not move in CHECK_S seconds is a process gone
 CHECK_S = 4.0
@@ -68,9 +71,8 @@ def _where() -> str:
 def check_shared_dir(fabric, run_dir: str, wait_s: float = 5.0) -> None:
     """Every rank sees the run directory rank 0 writes to (see the module docstring); raises a one-line
     :class:`~fl_lightning.errors.ConfigError` on every rank otherwise."""
-    import torch
+    import torch  # 2 s: this module is imported by the command line before torch, only a run needs it
 
-    from .errors import ConfigError
 
     here = os.path.abspath(run_dir)
     token = uuid.uuid4().hex
@@ -105,7 +107,7 @@ def check_shared_dir(fabric, run_dir: str, wait_s: float = 5.0) -> None:
 
 # ---------------------------------------------------------------------------------------------- heartbeat
 def _default_store():
-    from ._compat import default_store
+    from ._compat import default_store  # _compat imports torch (2 s): only a run of several processes
 
     return default_store()
 
@@ -243,9 +245,7 @@ def _stopping() -> set[int]:
 def watch_children(launcher) -> None:
     """Replace Lightning's child-process observer of ``launcher`` (after ``fabric.launch``): a rank that dies ends
     this process with one line (the rank, its exit code, where the run stands) instead of a silent SIGKILL."""
-    import signal
-
-    from ._compat import silence_child_observer
+    from ._compat import silence_child_observer  # imports torch, as above
 
     procs = list(getattr(launcher, "procs", []))
     if not procs or not silence_child_observer():

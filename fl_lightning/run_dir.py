@@ -3,6 +3,7 @@ difference in a key that changes results is refused), the lock that keeps a seco
 new run from mixing into an old one, and the command that resumes it."""
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import re
@@ -10,6 +11,8 @@ import shlex
 import shutil
 import sys
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from .errors import ConfigError, ResumeError
@@ -23,8 +26,6 @@ OVERRIDES_FILE = "overrides.yaml"  # the run's own overrides (Hydra's .hydra/ co
 def _task_overrides() -> list[str] | None:
     """The command line's config overrides (not hydra.*), or None outside a Hydra app."""
     try:
-        from hydra.core.hydra_config import HydraConfig
-
         return list(HydraConfig.get().overrides.task)
     except Exception:
         return None
@@ -37,8 +38,6 @@ def _saved_overrides() -> list[str] | None:
     ov = _task_overrides()
     if ov is None:
         return None
-    from hydra.core.hydra_config import HydraConfig
-
     for o in HydraConfig.get().overrides.hydra:
         if _okey(str(o)) == "hydra.searchpath":
             ov.append(absolute_searchpath(str(o)))
@@ -61,9 +60,6 @@ def absolute_searchpath(override: str) -> str:
 def _in_sweep() -> bool:
     """Is this job one of a Hydra multirun (``-m``)?"""
     try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
     except Exception:  # noqa: BLE001 - outside a Hydra app
         return False
@@ -84,7 +80,7 @@ def resume_config(cfg: DictConfig, run_dir: str, force: bool) -> DictConfig:
     """Check the config resuming ``run_dir`` (composed from the run's saved overrides with this command's on top,
     :func:`prepare`): a difference from the saved config in a key that changes results is refused with one line
     naming the keys, unless ``force_resume=true``."""
-    from .build import result_diff
+    from .build import result_diff  # imports torch (2 s): only when resuming, after the command line's checks
 
     saved_cfg = os.path.join(run_dir, "config.yaml")
     if os.path.exists(saved_cfg):
@@ -103,8 +99,6 @@ class RunDirLock:
     refused with one line instead of silently mixing two runs' results."""
 
     def __init__(self, run_dir: str):
-        import fcntl
-
         self.path = os.path.join(run_dir, ".lock")
         self._f = open(self.path, "a+")
         try:
@@ -122,7 +116,7 @@ class RunDirLock:
 def guard_fresh_run(run_dir: str, overwrite: bool) -> None:
     """A new run (no ``resume=``) into a directory that already holds a run's checkpoints is refused, unless
     ``overwrite=true``, which removes that run's checkpoints, metrics, summary and logs first."""
-    from .checkpoint import list_checkpoints
+    from .checkpoint import list_checkpoints  # imports torch (2 s): only when resuming
 
     ckpts = list_checkpoints(os.path.join(run_dir, "checkpoints"))
     if not ckpts:

@@ -8,7 +8,10 @@ partitioner node (``partition.py``, chosen with ``data/partition=<name>``).
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
+from hydra.utils import get_method
 
 from ..config import instantiate
 from ..errors import ConfigError
@@ -44,10 +47,6 @@ def _unpack_sets(out, target: str) -> tuple[TensorSet, TensorSet, DataInfo]:
 
 def _parameters(target: str) -> tuple[str, ...]:
     """The argument names of a ``_target_`` function (empty when it cannot be resolved here)."""
-    import inspect
-
-    from hydra.utils import get_method
-
     try:
         return tuple(inspect.signature(get_method(target)).parameters)
     except Exception:  # noqa: BLE001 - instantiate reports an unresolvable target itself

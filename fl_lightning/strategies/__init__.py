@@ -11,16 +11,15 @@ so parts never import Hydra. A bad value anywhere in a part's tree is a one-line
 """
 from __future__ import annotations
 
+from omegaconf import OmegaConf
+
+from ..config import _root, instantiate, qualify
+from ..config_groups import check_parts
+from ..errors import ConfigError
 from .base import Aggregate, ClientContext, Msg, Part, ServerContext, Strategy
 
 
 def build_strategy(cfg, key: str = "method") -> Strategy:
-    from omegaconf import OmegaConf
-
-    from ..config import _root, instantiate
-    from ..config_groups import check_parts
-    from ..errors import ConfigError
-
     check_parts(cfg, key)  # a node without a _target_ (+method.parts.nosuch.x=1): one line naming the parts
     parts = {}
     for name, pcfg in cfg.parts.items():
@@ -39,8 +38,6 @@ def build_strategy(cfg, key: str = "method") -> Strategy:
     for name, part in parts.items():  # a part that reads another part's state names it (FedSMU-M's momentum_of)
         for arg, other in part.reads_parts().items():
             if other not in parts:
-                from ..config import qualify
-
                 raise qualify(ConfigError(arg, f"names no part of this method ({other!r})",
                                           f"use one of {', '.join(parts)} (e.g. aggregation)"),
                               f"{key}.parts.{name}", _root(cfg))

@@ -22,12 +22,11 @@ from ...errors import ConfigError
 from ...ranges import Fraction, NonNegative, Positive
 from ..base import MODEL_KEY, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
+from .model_average import ModelAverage
 
 
 def lion_source(part: Part, other: Part):
     """The aggregation part whose Lion codec keeps the momentum ``part`` reads (its ``momentum_of``)."""
-    from .model_average import ModelAverage
-
     codec = other.codec if isinstance(other, ModelAverage) else None
     while codec is not None and not isinstance(codec, LionMomentum):
         codec = getattr(codec, "inner", None)  # a wrapper (Clamp, ErrorFeedback) around it
