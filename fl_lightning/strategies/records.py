@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .base import Aggregate
+
 
 class Field:
     """One named field of a :class:`Record`: ``pattern`` its key under the part's name (``"c_i/{}"``: one tensor per
@@ -57,7 +59,7 @@ class Entries:
 
     def _map(self):
         c = self.record.container
-        return c.sums if hasattr(c, "sums") else c  # an Aggregate: its sums
+        return c.sums if isinstance(c, Aggregate) else c  # an Aggregate: its sums
 
     def __getitem__(self, index):
         return self.record.container[self.path(index)]
@@ -95,7 +97,3 @@ class Record:
     def __init__(self, part, container):
         self.prefix = f"{part.name}/"
         self.container = container
-
-    @classmethod
-    def fields(cls) -> dict[str, Field]:
-        return {n: f for k in reversed(cls.__mro__) for n, f in vars(k).items() if isinstance(f, Field)}
