@@ -92,12 +92,13 @@ def saved_model(run_dir, round_done: int) -> dict:
     return load_file(os.path.join(run_dir, "checkpoints", f"round_{round_done:06d}", "model.safetensors"))
 
 
-def run_cli(args: list[str], timeout: int = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_cli(args: list[str], timeout: int = 300, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """``python train.py *args`` from the repository root (or ``cwd``: where Hydra's default outputs/ would go)."""
     e = dict(os.environ)
     e.pop("HYDRA_FULL_ERROR", None)
     e.update(env or {})
     return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=e)
+                          timeout=timeout, cwd=cwd or ROOT, env=e)
 
 
 def one_line_error(p: subprocess.CompletedProcess | tuple[int, str], *needles: str) -> str:

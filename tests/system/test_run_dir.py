@@ -40,13 +40,11 @@ def test_offload_crash_resumes_bit_identical_from_the_directory_alone(tmp_path):
     in_ckpt = {k.split("/")[0] for k in load_file(str(crashed / "checkpoints" / "round_000003" / "clients.rank0.safetensors"))}
     on_disk = {f[7:13].lstrip("0") or "0" for f in os.listdir(off) if f.endswith(".safetensors")}
     assert on_disk - in_ckpt, "the test needs a client whose only state is newer than the checkpoint"
-    outputs = os.path.join(ROOT, "outputs")
-    stray = lambda: {os.path.join(a, b) for a in os.listdir(outputs) for b in os.listdir(os.path.join(outputs, a))} \
-        if os.path.isdir(outputs) else set()  # noqa: E731
-    before = stray()
-    p = run_cli(["fl.rounds=6", f"resume={crashed}"])  # the directory alone: its overrides are re-used
+    here = tmp_path / "cwd"  # where Hydra's default outputs/<date>/<time>/ would be made (apart from other tests')
+    here.mkdir()
+    p = run_cli(["fl.rounds=6", f"resume={crashed}"], cwd=here)  # the directory alone: its overrides are re-used
     assert p.returncode == 0, p.stderr[-2000:]
-    assert stray() == before  # the resumed run writes into its own directory, no outputs/<date>/<time>/
+    assert list(here.iterdir()) == []  # the resumed run writes into its own directory, no outputs/<date>/<time>/
     assert rows(crashed) == rows(straight)
     for d in (straight, crashed):  # no logger by default: the run's metrics.csv is the rows' one file, resumed or not
         assert sorted(d.rglob("*.csv")) == [d / "metrics.csv"] and not (d / "logs").exists()
