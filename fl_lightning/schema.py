@@ -173,7 +173,7 @@ class Root:
     # config groups: their keys are their targets' arguments (checked by instantiate) and the method's own knobs
     method: Any = None
     model: Any = None
-    data: Any = field(default_factory=lambda: data_defaults())  # a dataset's yaml merges onto DataKeys' defaults
+    data: Any = field(default_factory=data_defaults)  # a dataset's yaml merges onto DataKeys' defaults
     optimizer: Any = None
     server_opt: Any = None
     logger: Any = None

@@ -33,9 +33,6 @@ class Field:
     def __init__(self, pattern: str):
         self.pattern = pattern
 
-    def __set_name__(self, owner, name: str) -> None:
-        self.name = name
-
     def __get__(self, record: "Record | None", owner) -> Any:
         return self if record is None else Entries(record, self)
 

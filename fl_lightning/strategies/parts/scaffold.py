@@ -99,7 +99,7 @@ class ScaffoldCorrection(ServerControlVariate):
         s = client.slot(self).state
         K = max(1, client.step)
         lrs = self._lrs(client) if self.control == "option2" else {}
-        out, state = self.Up(self, {}), self.State(self, client.state)
+        out, state, down = self.Up(self, {}), self.State(self, client.state), self.Down(self, client.received)
         for n in self.c:
             if self.control == "mean_grad":
                 new = s["acc"][n] / K
@@ -111,7 +111,7 @@ class ScaffoldCorrection(ServerControlVariate):
                     raise self.error("control", "option2 divides by the local lr, which is 0 this round",
                                       "use control=mean_grad or a schedule that does not reach 0")
                 x, y = client.global_params[n], client.local[n].detach()
-                c = self.Down(self, client.received).cv[n].to(y.dtype)
+                c = down.cv[n].to(y.dtype)
                 new = s["c_i"][n] - c + (x - y) / (K * lr)
             out.delta[n] = Msg(new - s["c_i"][n], 1.0)
             state.c_i[n] = new.detach().clone()
