@@ -13,8 +13,8 @@ from torch import Tensor
 
 from ...codecs import LionMomentum
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
-from .momentum_completion import lion_source
 from ..records import Field, Record
+from .momentum_completion import lion_source
 
 
 class SharedMomentum(Part):
