@@ -1,7 +1,8 @@
 """Seed 002's character LSTM for Shakespeare (FedSMU App. A names only input, hidden and output layers; the layout
 is FedDyn's model, Acar et al., ICLR 2021, taken from the cited original):
 ``Embedding(80, 8) → 2-layer LSTM(hidden 100) → Linear(100, 80)`` on the last time step of an 80-character window,
-predicting the next character; 133,520 parameters with the 80-symbol vocabulary (asserted in
+predicting the next character (under CPU bf16 autocast the LSTM runs in fp32 where oneDNN has no bf16 LSTM:
+``recurrent_precision.py``); 133,520 parameters with the 80-symbol vocabulary (asserted in
 ``tests/unit/models/test_language_models.py``). Wrapped by :class:`~fl_lightning.models.ClassifierModule` (``input_key:
 input_ids``, labels = the next character), so the metric is next-character accuracy.
 """
@@ -12,6 +13,7 @@ from torch import Tensor, nn
 from ..data.info import DataInfo
 from ..errors import ConfigError
 from ._args import Depth, Width, positive_ints
+from .recurrent_precision import run_lstm
 
 
 class CharLSTM(nn.Module):
@@ -22,7 +24,7 @@ class CharLSTM(nn.Module):
         self.fc = nn.Linear(hidden, vocab_size)
 
     def forward(self, ids: Tensor) -> Tensor:
-        out, _ = self.lstm(self.embedding(ids.long()))
+        out, _ = run_lstm(self.lstm, self.embedding(ids.long()))  # fp32 where the CPU has no bf16 LSTM
         return self.fc(out[:, -1])
 
 
