@@ -3,13 +3,14 @@ module's metrics against a hand computation, the embedded ``pydoc_chars`` task, 
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 from fl_lightning.data.info import DataInfo
-from tests.helpers.cli import build_loop, make_cfg, metric_rows
+from tests.helpers.cli import ROOT, build_loop, make_cfg, metric_rows
 
 
 def built(model: str, info: DataInfo, device: str = "cpu"):
@@ -127,3 +128,54 @@ def test_bf16_mixed_on_cpu_trains_close_to_fp32(tmp_path, model):
     assert float(b[-1]["test_loss"]) < float(b[0]["train_loss"])
     assert float(b[0]["test_loss"]) == pytest.approx(float(a[0]["test_loss"]), rel=2e-2)
     assert a[0]["test_loss"] != b[0]["test_loss"]  # bf16 did run
+
+
+def _char_lstm_bf16_step() -> torch.dtype:
+    from fl_lightning.models.char_lstm import CharLSTM
+
+    torch.manual_seed(0)
+    net = CharLSTM(80, 8, 16, 2)
+    ids = torch.randint(0, 80, (4, 12))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = net(ids)
+    logits.float().sum().backward()
+    assert all(p.grad is not None and bool(p.grad.isfinite().all()) for p in net.parameters())
+    return logits.dtype
+
+
+def test_char_lstm_under_cpu_bf16_without_onednn_bf16_runs_its_lstm_in_fp32(monkeypatch):
+    """Where oneDNN has no bf16 LSTM (an AVX2 CPU), the LSTM runs in fp32 and the layers around it in bf16; where it
+    has one, the LSTM runs in bf16 (fl_lightning/models/recurrent_precision.py)."""
+    from fl_lightning.models import recurrent_precision
+    from fl_lightning.models.char_lstm import CharLSTM
+
+    seen = []
+    monkeypatch.setattr(recurrent_precision, "onednn_has_bf16", lambda: False)
+    net = CharLSTM(80, 8, 16, 2)
+    net.lstm.register_forward_hook(lambda m, args, out: seen.append((args[0].dtype, out[0].dtype)))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = net(torch.randint(0, 80, (4, 12)))
+    assert seen == [(torch.float32, torch.float32)] and logits.dtype == torch.bfloat16  # the Linear after it: bf16
+    if torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        monkeypatch.setattr(recurrent_precision, "onednn_has_bf16", lambda: True)
+        seen.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            net(torch.randint(0, 80, (4, 12)))
+        assert seen[0][1] == torch.bfloat16
+
+
+def test_char_lstm_bf16_runs_where_onednn_is_capped_at_avx2():
+    """The crash seen on an AVX2 CPU ('could not create a primitive descriptor for the LSTM forward propagation
+    primitive'), reproduced on any x86 CPU by capping oneDNN's ISA: the char LSTM trains a step under bf16 autocast."""
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("ONEDNN_MAX_CPU_ISA=AVX2 is an x86 setting")
+    code = ("import torch; from tests.unit.models.test_language_models import _char_lstm_bf16_step as f; "
+            "assert not torch.ops.mkldnn._is_mkldnn_bf16_supported(); print(f())")
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2"}
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip().endswith("torch.bfloat16")
