@@ -18,7 +18,7 @@ import warnings
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from . import peers, signals
+from . import peers, precision, signals
 from ._compat import import_fabric, set_collective_timeout, starts_processes_from_a_function
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
@@ -249,9 +249,12 @@ def _check_launcher(fabric) -> None:
                           "starts them from a function", "use trainer.strategy=ddp")
 
 
-def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False):
+def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, resume: str | None = None):
     """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``).
-    ``checked``: :func:`fl_lightning.schema_check.check` already ran on ``cfg`` (the CLI does, before torch is imported)."""
+    ``checked``: :func:`fl_lightning.schema_check.check` already ran on ``cfg`` (the CLI does, before torch is imported).
+    ``resume``: the run directory this run continues (its saved config decides what ``auto`` precisions resolve to)."""
+    saved = os.path.join(resume, "config.yaml") if resume else None
+    precision.resolve(cfg, OmegaConf.load(saved) if saved and os.path.exists(saved) else None)  # before the checks
     validate(cfg, checked)
     apply_threads(cfg)
     os.makedirs(run_dir, exist_ok=True)

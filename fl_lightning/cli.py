@@ -302,7 +302,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
                 guard_fresh_run(run_dir, flag(cfg, "overwrite"))
         set_enabled(flag(cfg, "trainer.progress", default=True))  # also for what runs before the loop (pre-training)
         peers.set_run(run_dir, lambda: loop and loop.checkpointer.last, lambda: loop and loop.round + 1)
-        loop = build(cfg, run_dir, checked=not resume)  # check() ran above (a resumed config: on the saved one)
+        loop = build(cfg, run_dir, checked=not resume, resume=resume)  # check() ran above (a resumed config: on the saved one)
         signals.set_phase("restoring the checkpoint" if resume else "setting up the strategy")
         loop.setup(resume=resume, force=force)
         if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone

@@ -81,10 +81,13 @@ def resume_config(cfg: DictConfig, run_dir: str, force: bool) -> DictConfig:
     :func:`prepare`): a difference from the saved config in a key that changes results is refused with one line
     naming the keys, unless ``force_resume=true``."""
     from .build import result_diff  # imports torch (2 s): only when resuming, after the command line's checks
+    from .precision import inherit
 
     saved_cfg = os.path.join(run_dir, "config.yaml")
     if os.path.exists(saved_cfg):
-        diff = result_diff(OmegaConf.load(saved_cfg), cfg)
+        saved = OmegaConf.load(saved_cfg)
+        inherit(cfg, saved)  # ns_dtype: auto keeps the precision the run resolved when it started
+        diff = result_diff(saved, cfg)
         if diff and not force:
             shown = ", ".join(f"{k} ({a!r} -> {b!r})" for k, a, b in diff[:4])
             more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""

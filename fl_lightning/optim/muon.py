@@ -88,7 +88,7 @@ class Muon(torch.optim.Optimizer):
         ns_steps: Annotated[int, Range(0, 1000)] = 5,
         ns_coeffs: Annotated[str | tuple[float, float, float], Range(words=tuple(NS_COEFFS))] = "muon",
         ns_method: str = "ns",
-        ns_dtype: Annotated[torch.dtype | str | None, OneOf("float32", "bfloat16", "float16", "float64")] = None,
+        ns_dtype: Annotated[torch.dtype | str | None, OneOf("auto", "float32", "bfloat16", "float16", "float64")] = None,
         ns_eps: NonNegative = 1e-7,
         scale_mode: str = "spectral",
         weight_decay: NonNegative = 0.0,

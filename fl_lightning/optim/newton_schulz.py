@@ -76,6 +76,10 @@ def matrix_shape(t: Tensor | torch.Size) -> tuple[int, int]:
 def _dtype(d, like: Tensor) -> torch.dtype:
     if d is None:  # fp32 by default; keep fp64 inputs in fp64 (theory checks)
         return torch.float64 if like.dtype == torch.float64 else torch.float32
+    if d == "auto":  # bf16 where it is native (CUDA, a CPU with AVX512-BF16/AMX), else fp32: fl_lightning/precision.py
+        from ..precision import native_bf16
+
+        return torch.bfloat16 if native_bf16(like.device.type) else _dtype(None, like)
     return getattr(torch, d) if isinstance(d, str) else d
 
 
@@ -94,7 +98,8 @@ def orthogonalize(
     steps: T ≥ 0 Newton–Schulz iterations (T = 0 → G/||G||_F). coeffs: name in NS_COEFFS or (a, b, c).
     method: "ns" (Algorithm 2) or "svd" (exact U Vᵀ over the numerically nonzero singular values).
     eps: the Frobenius norm is clamped below at eps (as in torch.optim.Muon), so a zero input maps to zero.
-    dtype: compute dtype; None = fp32 (fp64 stays fp64); torch.bfloat16 mimics public GPU Muon code.
+    dtype: compute dtype; None = fp32 (fp64 stays fp64); torch.bfloat16 mimics public GPU Muon code; "auto" = bf16
+    where it is native (CUDA, AVX512-BF16/AMX CPUs), else as None (a run resolves it once: fl_lightning/precision.py).
     Returns a tensor with G's shape and dtype.
     """
     if steps < 0:

@@ -24,7 +24,8 @@ def test_every_method_is_recorded_with_a_measured_tolerance():
 def test_method_matches_its_golden_record(name):
     if name not in RECORDED["methods"]:
         pytest.fail(f"{name} has no golden record: python -m tests.helpers.golden --write {name}")
-    diff = golden.check(name, golden.run_method(name), RECORDED)
+    record = RECORDED["methods"][name]
+    diff = golden.check(name, golden.run_method(name, golden.at_its_precision(record)), RECORDED)
     assert not diff, f"{name} ({'bits' if golden.machine() == RECORDED['machine'] else 'tolerance'}): " + "; ".join(diff)
 
 
@@ -49,3 +50,16 @@ def test_the_comparison_is_bits_on_the_recording_machine_only(monkeypatch):
     assert golden.check("fedavg", last_bit, RECORDED)  # same machine: a last-bit change fails
     monkeypatch.setattr(golden, "machine", lambda: {**RECORDED["machine"], "cpu_capability": "DEFAULT"})
     assert golden.check("fedavg", {**last_bit, "digest": "0" * 64}, RECORDED) == []  # elsewhere: within tolerance
+
+
+def test_a_machine_that_resolves_auto_otherwise_checks_the_recorded_precision(monkeypatch):
+    """fedmuon's record was made with ns_dtype auto -> bfloat16; where auto means fp32 (a CPU without native bf16),
+    the test still runs bf16 and so compares the same arithmetic."""
+    from fl_lightning import precision
+
+    record = RECORDED["methods"]["fedmuon"]
+    assert set(record["precision"].values()) == {"bfloat16"}
+    monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(precision, "cpu_bf16_slowdown", lambda: 36.0)
+    assert not golden.check("fedmuon", golden.run_method("fedmuon", golden.at_its_precision(record)), RECORDED)
+    assert golden.run_method("fedmuon")["precision"] == {k: "float32" for k in record["precision"]}

@@ -30,7 +30,7 @@ def build_loop(overrides: list[str], run_dir, resume: str | None = None):
     from fl_lightning.build import build
 
     cfg = make_cfg(overrides, run_dir)
-    loop = build(cfg, str(run_dir))
+    loop = build(cfg, str(run_dir), resume=resume)
     loop.setup(resume=resume)
     return loop
 

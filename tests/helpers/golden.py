@@ -76,15 +76,22 @@ def norm(tensors: dict) -> float:
 
 
 def run_method(name: str, extra: tuple[str, ...] = ()) -> dict:
-    """``python train.py method=<name> fl.rounds=2 trainer.threads=1 *extra`` in this process: its record."""
+    """``python train.py method=<name> fl.rounds=2 trainer.threads=1 *extra`` in this process: its record, with the
+    precision every ``auto`` key resolved to here (``precision``: the overrides that run it so elsewhere)."""
     import torch
+    from omegaconf import OmegaConf
 
-    from tests.helpers.cli import build_loop
+    from fl_lightning import precision
+    from fl_lightning.build import build
+    from tests.helpers.cli import make_cfg
 
     threads = torch.get_num_threads()
     try:
         with tempfile.TemporaryDirectory() as d:
-            loop = build_loop([f"method={name}", *OVERRIDES, *extra], d)
+            cfg = make_cfg([f"method={name}", *OVERRIDES, *extra], d)
+            auto = [full for node, key, full in precision._keys(cfg) if precision._value(node, key) == precision.AUTO]
+            loop = build(cfg, d)
+            loop.setup()
             torch.set_num_threads(1)
             summary = loop.run(progress_enabled=False)
             weights = dict(loop.global_params)
@@ -94,9 +101,16 @@ def run_method(name: str, extra: tuple[str, ...] = ()) -> dict:
             metrics = {k: v for k, v in summary.items() if k not in SKIP_SUMMARY and isinstance(v, (int, float, str))}
             metrics["global_norm"] = norm(weights)
             metrics["server_norm"] = norm(server)
-            return {"digest": digest(state), "metrics": metrics}
+            return {"digest": digest(state), "metrics": metrics,
+                    "precision": {k: str(OmegaConf.select(cfg, k)) for k in auto}}
     finally:
         torch.set_num_threads(threads)
+
+
+def at_its_precision(record: dict) -> tuple[str, ...]:
+    """The overrides that run a method at the precision its record was made with (``auto`` may resolve otherwise
+    on this machine: fl_lightning/precision.py)."""
+    return tuple(f"{k}={v}" for k, v in sorted(record.get("precision", {}).items()))
 
 
 def machine() -> dict:
@@ -188,8 +202,12 @@ def _dump(out: str, names: list[str]) -> None:
     import fl_lightning
 
     data = {"machine": machine(), "package": os.path.dirname(os.path.abspath(fl_lightning.__file__)), "methods": {}}
-    for n in names:
-        data["methods"][n] = run_method(n)
+    try:
+        recorded = load()["methods"]
+    except (OSError, ValueError, KeyError):  # a base commit's golden file of an older layout
+        recorded = {}
+    for n in names:  # at the recorded precision, so that the settings compare the same arithmetic
+        data["methods"][n] = run_method(n, at_its_precision(recorded.get(n, {})))
         print(n, data["methods"][n]["digest"][:16], flush=True)
     with open(out, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
@@ -341,7 +359,7 @@ def perturbed(name: str, record: dict) -> list[str]:
 
     with tempfile.TemporaryDirectory() as d:
         lr = float(make_cfg([f"method={name}"], d).method.lr)
-    got = run_method(name, (f"method.lr={lr * LR_CHANGE!r}",))
+    got = run_method(name, (*at_its_precision(record), f"method.lr={lr * LR_CHANGE!r}"))
     return differences(got, record, {k: record["tolerance"][k] for k in FLOOR})
 
 

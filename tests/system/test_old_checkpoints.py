@@ -29,6 +29,16 @@ RENAMED: dict[str, str] = {}  # old on-disk key -> today's (none has moved since
 ROUND = "round_000002"
 
 
+def at_fixture_precision(method: str) -> list[str]:
+    """The fixtures ran Newton-Schulz in bf16 where the yamls now say ``auto`` (fl_lightning/precision.py), which
+    may resolve to fp32 on this machine: pin what they were written with."""
+    from fl_lightning import precision
+    from tests.helpers.cli import make_cfg
+
+    cfg = make_cfg([f"method={method}"], "unused")
+    return [f"{full}=bfloat16" for node, key, full in precision._keys(cfg) if precision._value(node, key) == "auto"]
+
+
 def tensors(loop, path) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint at ``path`` as ``object/key`` (client states ``clients/<cid>/<key>``), read
     and checked by the checkpointer itself."""
@@ -47,7 +57,7 @@ def values(path) -> dict:
 
 @pytest.mark.parametrize("method", METHODS)
 def test_an_old_checkpoint_lands_key_for_key_and_continues(method, tmp_path):
-    over = [f"method={method}", *OVERRIDES]
+    over = [f"method={method}", *OVERRIDES, *at_fixture_precision(method)]
     old = tmp_path / "old"
     shutil.copytree(os.path.join(FIXTURES, method), old)
 

@@ -10,7 +10,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
 # lowest first; a module may import its own package's modules and anything in a lower layer
 LAYERS = [
     {"errors", "seeding", "schedule", "schema", "schema_check", "paper_block", "messages", "config", "_compat", "keys", "signals", "threads",
-     "slurm", "peers", "ranges", "config_args", "config_groups"},
+     "slurm", "peers", "ranges", "config_args", "config_groups", "precision"},
     {"codecs", "optim", "data", "checkpoint", "client_store", "recorder", "progress", "report"},
     {"server_opt", "models"},
     {"strategies"},
