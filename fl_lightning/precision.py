@@ -39,9 +39,15 @@ def device_type(cfg: DictConfig) -> str:
     return "cpu" if acc in ("cpu", "auto") else acc
 
 
+def onednn_has_bf16() -> bool:
+    """Whether oneDNN runs bf16 primitives on this CPU (honours ``ONEDNN_MAX_CPU_ISA``)."""
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def cpu_has_native_bf16() -> bool:
-    """AVX512-BF16 or AMX: bf16 matrix products at least as fast as fp32 on this CPU."""
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+    """AVX512-BF16 or AMX, and oneDNN using them (a CPU's bf16 matrix products go through oneDNN; with its ISA capped,
+    ``ONEDNN_MAX_CPU_ISA=AVX2``, they take the slow path as on an AVX2 CPU)."""
+    return bool((torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()) and onednn_has_bf16())
 
 
 def native_bf16(device: str) -> bool:

@@ -13,10 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-
-def onednn_has_bf16() -> bool:
-    """Whether oneDNN runs bf16 primitives on this CPU (honours ``ONEDNN_MAX_CPU_ISA``)."""
-    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+from ..precision import onednn_has_bf16
 
 
 def cpu_bf16_without_onednn(x: Tensor) -> bool:

@@ -43,9 +43,11 @@ def test_auto_resolves_by_device(monkeypatch, tmp_path, method, device, native, 
 
 
 def test_the_device_check_reads_torchs_cpu_capabilities(monkeypatch):
-    for avx512_bf16, amx, want in [(True, False, True), (False, True, True), (False, False, False)]:
+    for avx512_bf16, amx, onednn, want in [(True, False, True, True), (False, True, True, True),
+                                           (False, False, True, False), (True, False, False, False)]:
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v)
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda v=amx: v)
+        monkeypatch.setattr(precision, "onednn_has_bf16", lambda v=onednn: v)
         assert precision.cpu_has_native_bf16() is want
         assert precision.auto_dtype("cpu") == ("bfloat16" if want else "float32")
         assert precision.auto_dtype("cuda") == "bfloat16"
