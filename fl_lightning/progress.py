@@ -96,7 +96,10 @@ class RoundProgress(_Live):
                 f"up {info['uplink_mb']:.2f} MB  down {info['downlink_mb']:.2f} MB")
         self.progress.update(self.rounds, completed=r + 1, info=text)
         if self.enabled and not self.live and info.get("evaluated"):
-            self.console.print(f"round {r + 1}/{self.progress.tasks[self.rounds].total}  {text}", highlight=False)
+            task = self.progress.tasks[self.rounds]
+            left = task.time_remaining if task.completed < (task.total or 0) else None  # rich's estimate from the rounds so far
+            eta = f"  ETA {int(left) // 3600}:{int(left) % 3600 // 60:02d}:{int(left) % 60:02d}" if left else ""
+            self.console.print(f"round {r + 1}/{task.total}  {text}{eta}", highlight=False)
 
     def summary(self, summary: dict) -> None:
         if not self.enabled:
