@@ -22,7 +22,7 @@ from hydra.utils import get_object
 from hydra.utils import instantiate as hydra_instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import ConfigError, FLError
+from .errors import ConfigError, DiskError, FLError
 
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _INTERPOLATION = re.compile(r"\$\{(?:oc\.select:)?([\w.]+)(?:,.*)?\}")  # ${a.b} or ${oc.select:a.b,default} -> a.b
@@ -179,6 +179,8 @@ def instantiate(node: Any, key: str, *, drop: tuple[str, ...] = ("name",), **kwa
             raise qualify(cause, inner, root) from None
         if isinstance(cause, FLError):
             raise cause from None
+        if isinstance(cause, OSError) and not isinstance(cause, (FileNotFoundError, NotADirectoryError)):
+            raise DiskError(f"building {inner}", cause) from None  # disk full, permissions: not the config's fault
         what = f"{type(cause).__name__}: {cause}" if cause is not None else str(err).splitlines()[0]
         what = " ".join(what.split())
         sub = _sub_node(plain, inner[len(key) + 1:] if inner != key else "")

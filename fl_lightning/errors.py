@@ -13,6 +13,26 @@ class ConfigError(FLError):
         super().__init__(f"config error: {key}: {problem}; fix: {fix}")
 
 
+class DiskError(FLError):
+    """An operating-system error while reading or writing data or a cache: the path, the errno and the fix (not a
+    config error: the config may be right and the disk full)."""
+
+    def __init__(self, what: str, err: OSError):
+        import errno as codes
+
+        self.err = err
+        path = err.filename or "?"
+        fixes = {codes.ENOSPC: "free space there, or point FL_CACHE_DIR at a folder with room",
+                 codes.EDQUOT: "free space there, or point FL_CACHE_DIR at a folder with room",
+                 codes.EACCES: "make it writable for this user, or point FL_CACHE_DIR at a folder that is",
+                 codes.EPERM: "make it writable for this user, or point FL_CACHE_DIR at a folder that is",
+                 codes.EROFS: "point FL_CACHE_DIR (or the data key naming the path) at a writable folder"}
+        fix = fixes.get(err.errno, "check that path and its filesystem; caches live under FL_CACHE_DIR "
+                                   "(default ~/.cache/fl_lightning) and may be deleted to be rebuilt")
+        name = codes.errorcode.get(err.errno, str(err.errno)) if err.errno is not None else "no errno"
+        super().__init__(f"disk error: {what}: {err.strerror or err} ({name}) at {path}; fix: {fix}")
+
+
 class NonFiniteLossError(FLError):
     """The training loss became NaN or inf; the run stops and keeps its last good checkpoint."""
 

@@ -29,9 +29,7 @@ def train_tokenizer(texts: list[str], out_dir: str, vocab_size: int) -> None:
     model = json.loads(bpe.to_str())["model"]
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
     tok = RobertaTokenizer(vocab=model["vocab"], merges=merges)
-    tmp = f"{out_dir}.{os.getpid()}.tmp"
-    tok.save_pretrained(tmp)
-    os.replace(tmp, out_dir)
+    tok.save_pretrained(out_dir)
 
 
 # The pre-training recipe's version: part of the backbone's cache key (pydoc_topics.py), so a cached backbone made by
@@ -100,7 +98,7 @@ def mlm_pretrain(tok_dir: str, texts: list[str], out_dir: str, *, hidden_size: i
                  time.perf_counter() - start, loss)
     from transformers.utils import logging as hf_logging
 
-    tmp, bars = f"{out_dir}.{os.getpid()}.tmp", hf_logging.is_progress_bar_enabled()
+    tmp, bars = out_dir, hf_logging.is_progress_bar_enabled()  # the caller publishes it (fl_lightning/data/cache.py)
     hf_logging.disable_progress_bar()  # no "Writing model shards" bar in the log
     try:
         model.save_pretrained(tmp)
@@ -112,7 +110,6 @@ def mlm_pretrain(tok_dir: str, texts: list[str], out_dir: str, *, hidden_size: i
         json.dump({"pretrained": bool(train), "recipe": RECIPE, "steps": int(steps) if train else 0,
                    "corpus": "pydoc_data.topics without the test sentences", "batch_size": batch_size, "lr": lr,
                    "mask_prob": mask_prob, "max_length": max_length}, f)
-    os.replace(tmp, out_dir)
 
 
 def _mlm_step(model, opt, tok, ids, att, special, idx: torch.Tensor, mask_prob: float, g: torch.Generator) -> float:

@@ -31,6 +31,7 @@ from ..errors import ConfigError
 from ..ranges import Range
 from .info import DataInfo
 from .tensors import TensorSet
+from .cache import publish
 from .pretrain import RECIPE, SPECIALS, mlm_pretrain, train_tokenizer
 from .text import cached, default_cache_dir, load_tokenizer, tokenize, tokenizer_fingerprint
 
@@ -135,9 +136,8 @@ def pydoc_topics(num_topics: Annotated[int, Range(2, 64)] = 10,
         cache = tempfile.mkdtemp(prefix="fl_pydoc_topics_")
     root = os.path.join(cache, "pydoc_topics", f"v3-{text_hash[:16]}-{num_topics}-{test_fraction}")
     tok_dir = os.path.join(root, f"tokenizer-bpe{int(vocab_size)}")
-    if not os.path.isdir(tok_dir):
-        os.makedirs(root, exist_ok=True)
-        train_tokenizer(unlabelled, tok_dir, int(vocab_size))
+    publish(tok_dir, lambda tmp: train_tokenizer(unlabelled, tmp, int(vocab_size)), "the tokenizer",
+            ready=lambda d: os.path.isfile(os.path.join(d, "tokenizer_config.json")))
     tok = load_tokenizer(tok_dir)
     tok_hash = tokenizer_fingerprint(tok)
 
@@ -156,14 +156,18 @@ def pydoc_topics(num_topics: Annotated[int, Range(2, 64)] = 10,
     key = hashlib.sha256(json.dumps([arch, pre, tok_hash, int(max_length)] + ([RECIPE] if pre else []),
                                     sort_keys=True).encode()).hexdigest()[:12]
     bb_dir = os.path.join(root, f"roberta-{'mlm' if pre else 'random'}-{key}")
-    if not os.path.isdir(bb_dir):
+    def pretrain_into(tmp: str) -> None:
         if pre:
             log.info("pydoc_topics: pre-training a small RoBERTa (hidden %d, %d layers) by masked-language modelling "
                      "on the embedded corpus, %d steps (once; cached at %s)", arch["hidden_size"], arch["layers"],
                      int(pre["steps"]), bb_dir)
-        mlm_pretrain(tok_dir, unlabelled, bb_dir, max_length=int(max_length), train=pre is not None,
+        mlm_pretrain(tok_dir, unlabelled, tmp, max_length=int(max_length), train=pre is not None,
                      **arch, **{k: (int(v) if k in ("steps", "batch_size", "seed") else float(v))
                                 for k, v in (pre or {}).items()})
+
+    # once, whoever comes first; parallel jobs wait for it (fl_lightning/data/cache.py)
+    publish(bb_dir, pretrain_into, "the pre-trained backbone",
+            ready=lambda d: os.path.isfile(os.path.join(d, "fl_lightning_pretraining.json")))
     if not pre:
         log.warning("pydoc_topics: NO PRETRAINED BACKBONE (data.pretrain=null): the RoBERTa under the LoRA adapters "
                     "is randomly initialised, so this run is not a fine-tune of a pretrained model")

@@ -28,6 +28,7 @@ from ..errors import ConfigError
 from ..ranges import Range
 from .info import DataInfo
 from .tensors import TensorSet
+from .cache import publish
 from .text import default_cache_dir
 
 TRAIN_FILE = "training.1600000.processed.noemoticon.csv"
@@ -103,9 +104,9 @@ def sentiment140(root: str = "data/sentiment140", fraction: Annotated[float, Ran
     text = "\n".join(vocab) + "\n"
     folder = default_cache_dir(cache_dir) or tempfile.mkdtemp(prefix="fl_sentiment140_")
     path = os.path.join(folder, "sentiment140", f"vocab-{hashlib.sha256(text.encode()).hexdigest()[:16]}.txt")
-    if not os.path.isfile(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
+    def write(tmp: str) -> None:
+        with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-        os.replace(path + ".tmp", path)
+
+    publish(path, write, "the vocabulary")  # once, whoever comes first (fl_lightning/data/cache.py)
     return train, test, DataInfo(input_shape=(int(max_length),), num_classes=2, vocab_size=len(vocab), tokenizer_path=path)

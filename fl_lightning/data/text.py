@@ -84,18 +84,24 @@ def tokenize(tokenizer, first: Sequence[str], second: Sequence[str] | None, max_
 
 
 def cached(path: str | None, build) -> dict[str, Tensor]:
-    """``build()`` (a dict of tensors), stored as safetensors at ``path`` and read from there next time."""
+    """``build()`` (a dict of tensors), stored as safetensors at ``path`` and read from there next time; built once
+    however many processes ask at the same time (:func:`fl_lightning.data.cache.publish`)."""
     from safetensors.torch import load_file, save_file
 
-    if path and os.path.isfile(path):
+    from .cache import publish
+
+    if not path:
+        return build()
+    if os.path.isfile(path):
         try:
             return load_file(path)
-        except Exception:  # noqa: BLE001 - a broken cache entry is rebuilt
-            pass
-    out = build()
-    if path:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
+        except Exception:  # noqa: BLE001 - a damaged entry (not one this version wrote: it renames whole files)
+            os.remove(path)
+    out: dict[str, Tensor] = {}
+
+    def write(tmp: str) -> None:
+        out.update(build())
         save_file({k: v.contiguous() for k, v in out.items()}, tmp)
-        os.replace(tmp, path)
-    return out
+
+    publish(path, write, "a tokenized dataset")
+    return out or load_file(path)  # empty: another process built it while this one waited

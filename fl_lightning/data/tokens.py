@@ -2,7 +2,7 @@
 packed fixed-length sequences (:class:`TokenSet`) behind the :class:`~fl_lightning.data.tensors.TensorSet` batch
 interface, so :class:`~fl_lightning.data.federated.FederatedData` and the loop use it unchanged.
 
-On disk, in one cache folder (written to ``<folder>.tmp`` and renamed, so a crash leaves no half file):
+On disk, in one cache folder (built once under a lock and renamed into place, :mod:`fl_lightning.data.cache`):
 ``tokens.bin`` (uint16 when the tokenizer has at most 65,536 ids, else uint32; every document's ids followed by the
 end-of-sequence id), ``doc_starts.bin`` (uint64, the first token of each document), ``doc_groups.bin`` (uint32, each
 document's group id, e.g. its URL host), ``groups.txt`` (the group names, one per line) and ``meta.json``.
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Iterable, Iterator
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from .cache import publish
 from .tensors import TensorSet
 
 FILES = ("tokens.bin", "doc_starts.bin", "doc_groups.bin", "groups.txt", "meta.json")
@@ -42,11 +42,16 @@ def _batches(docs: Iterable[tuple[str, str]], size: int) -> Iterator[list[tuple[
 
 
 def build_token_files(docs: Iterable[tuple[str, str]], tokenizer, folder: str, batch_docs: int = 1000) -> dict:
-    """Tokenize ``(text, group)`` documents into the files of ``folder`` (see the module docstring); returns meta."""
+    """Tokenize ``(text, group)`` documents into the files of ``folder`` (see the module docstring); returns meta.
+    Built once however many processes ask at the same time (:func:`fl_lightning.data.cache.publish`)."""
+    publish(folder, lambda tmp: _write_token_files(docs, tokenizer, tmp, batch_docs), "the token files",
+            ready=lambda f: read_meta(f) is not None)
+    return read_meta(folder)
+
+
+def _write_token_files(docs: Iterable[tuple[str, str]], tokenizer, tmp: str, batch_docs: int) -> None:
     dtype = token_dtype(len(tokenizer))
     eos = tokenizer.eos_token_id
-    tmp = f"{folder}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     groups: dict[str, int] = {}
     total, top, ndocs = 0, 0, 0
@@ -67,13 +72,6 @@ def build_token_files(docs: Iterable[tuple[str, str]], tokenizer, folder: str, b
     meta = {"tokens": total, "documents": ndocs, "dtype": dtype.name, "max_token_id": top, "groups": len(groups)}
     with open(os.path.join(tmp, "meta.json"), "w") as f:
         json.dump(meta, f)
-    try:
-        os.replace(tmp, folder)
-    except OSError:  # another process (a second Fabric rank) finished the same folder first: keep its copy
-        shutil.rmtree(tmp, ignore_errors=True)
-        if read_meta(folder) is None:
-            raise
-    return meta
 
 
 def read_meta(folder: str) -> dict | None:

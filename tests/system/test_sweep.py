@@ -103,3 +103,29 @@ def test_a_diverged_job_leaves_its_error_and_the_sweep_goes_on(tmp_path):
     done = {d.name.rsplit("=", 1)[1]: json.loads((d / "summary.json").read_text()) for d in sweep.iterdir() if d.is_dir()}
     assert done["0.05"]["finished"] and "error" not in done["0.05"]  # the job after the diverged one ran
     assert not done["100000.0"]["finished"] and "method.lr" in done["100000.0"]["error"]
+
+
+def test_two_runs_started_together_share_an_empty_cache(tmp_path):
+    """``experiment=glue_lora data=pydoc_topics`` twice at the same moment, as a joblib sweep or a Slurm array starts
+    its jobs, on an empty FL_CACHE_DIR: one builds the tokenizer and the backbone, the other waits for them
+    (fl_lightning/data/cache.py); both finish, with the same backbone and no .tmp left."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers.cli import ROOT
+
+    cache = tmp_path / "cache"
+    env = {**os.environ, "FL_CACHE_DIR": str(cache)}
+    env.pop("HYDRA_FULL_ERROR", None)
+    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "experiment=glue_lora",
+                               "data=pydoc_topics", "method=fedavg", "fl.rounds=1", "fl.clients_per_round=1",
+                               "fl.local_steps=2", "data.pretrain.steps=20", "trainer.progress=false",
+                               f"hydra.run.dir={tmp_path / f'run{i}'}"], cwd=ROOT, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=900)
+        assert p.returncode == 0, err[-3000:]
+    assert all((tmp_path / f"run{i}" / "summary.json").exists() for i in range(2))
+    backbones = [d for d in (cache / "pydoc_topics").glob("*/roberta-mlm-*") if not d.name.endswith(".tmp")]
+    assert len(backbones) == 1 and not list(cache.rglob("*.tmp"))
