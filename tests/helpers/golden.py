@@ -235,7 +235,7 @@ def _write(names: list[str]) -> None:
         sys.exit("the records were written on another machine; re-record all methods here (--write with no names)")
     data = {"machine": machine(), "tolerance": old.get("tolerance", {}), "methods": old.get("methods", {})}
     for n in names:  # a method keeps its measured tolerance (--measure after a change that moves it)
-        kept = data["methods"].get(n, {}).get("tolerance", {"measured": {"acc": 0.0, "float": 0.0, "where": ""}})
+        kept = data["methods"].get(n, {}).get("tolerance", {**FLOOR, "measured": {"acc": 0.0, "float": 0.0, "where": ""}})
         data["methods"][n] = {**run_method(n), "tolerance": kept}
         print(n, data["methods"][n]["digest"][:16], data["methods"][n]["metrics"].get("final"), flush=True)
     data["methods"] = {k: data["methods"][k] for k in sorted(data["methods"])}
