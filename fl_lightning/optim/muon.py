@@ -6,7 +6,7 @@ under review: Sec. 2 and Alg. 1 lines 8-9; seed 003 = Zhang & Gao, "On Provable 
 Learning", Eq. (4.1); seed 004 = Liu, Shang et al., "FedMuon: Accelerating Federated Learning with Matrix
 Orthogonalization", Eq. (2); docs/decisions.md lists the seeds; the arithmetic is the pure functions of
 ``muon_math.py``, which ``step`` calls: ``muon_update`` per group of Muon params, ``muon_direction`` and
-``adamw_update`` on the aux params, ``decoupled_step``):
+``adamw_update_foreach`` on the aux params, ``decoupled_step``):
 
     M ← decay·M + gain·g                                   momentum (``momentum_style``, table below)
     D ← M            or, with nesterov, gain·g + decay·M   the direction
@@ -59,7 +59,7 @@ from torch import Tensor
 from ..ranges import Betas, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
-from .muon_math import (adamw_update, decoupled_step, lmo_update, momentum_coeffs, momentum_update, muon_direction,
+from .muon_math import (adamw_update_foreach, decoupled_step, lmo_update, momentum_coeffs, momentum_update, muon_direction,
                         muon_update, update_scale, with_correction)
 from .newton_schulz import NS_COEFFS
 
@@ -156,10 +156,9 @@ class Muon(torch.optim.Optimizer):
                                       **_direction_args(group), **_lmo_args(group))
                 for p, (o, s) in zip(params, updates):
                     decoupled_step(p, o, lr, lr * s, wd)
-            elif group["aux"] == "adamw":  # a correction enters the gradient (SCAFFOLD style)
-                for p in params:
-                    adamw_update(p, with_correction(p.grad, self.corrections.get(p)), self.state[p], lr,
-                                 group["betas"], group["eps"], wd)
+            elif group["aux"] == "adamw":  # a correction enters the gradient (SCAFFOLD style); all tensors at once
+                adamw_update_foreach(params, [with_correction(p.grad, self.corrections.get(p)) for p in params],
+                                     [self.state[p] for p in params], lr, group["betas"], group["eps"], wd)
             else:  # momentum SGD: the same direction, no LMO, the plain lr
                 for p in params:
                     d = muon_direction(p.grad, self.momentum_buffer(p), group["momentum"],

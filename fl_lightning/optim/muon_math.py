@@ -133,6 +133,38 @@ def decoupled_step(p: Tensor, o: Tensor, lr: float, lr_p: float, weight_decay: f
     add_scaled_(p, o, -lr_p)
 
 
+def adamw_update_foreach(params: list[Tensor], grads: list[Tensor], states: list[dict], lr, betas: tuple[float, float],
+                         eps: float, weight_decay: float) -> None:
+    """:func:`adamw_update` on many tensors with multi-tensor ops (``torch._foreach_*``: one launch per op for the
+    group on a GPU instead of one per tensor), the same arithmetic in the same order, so the results equal the
+    one-tensor loop's bit for bit. Tensors are taken in runs of one step count (all of a group, in practice)."""
+    beta1, beta2 = betas
+    for st, p in zip(states, params):
+        if "step" not in st:
+            st["step"] = 0
+            st["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            st["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        st["step"] += 1
+    by_step: dict[int, list[int]] = {}
+    for i, st in enumerate(states):
+        by_step.setdefault(st["step"], []).append(i)
+    for t, idx in by_step.items():
+        ps, gs = [params[i] for i in idx], [grads[i] for i in idx]
+        ms, vs = [states[i]["exp_avg"] for i in idx], [states[i]["exp_avg_sq"] for i in idx]
+        torch._foreach_mul_(ps, 1 - lr * weight_decay)
+        torch._foreach_lerp_(ms, gs, 1 - beta1)
+        torch._foreach_mul_(vs, beta2)
+        torch._foreach_addcmul_(vs, gs, gs, value=1 - beta2)
+        denom = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denom, math.sqrt(1 - beta2**t))
+        torch._foreach_add_(denom, eps)
+        a = -lr / (1 - beta1**t)
+        if isinstance(a, Tensor):
+            torch._foreach_add_(ps, torch._foreach_mul(torch._foreach_div(ms, denom), a))
+        else:
+            torch._foreach_addcdiv_(ps, ms, denom, value=a)
+
+
 def adamw_update(p: Tensor, grad: Tensor, state: dict, lr: float, betas: tuple[float, float], eps: float,
                  weight_decay: float) -> None:
     """torch.optim.AdamW's single-tensor step on ``p`` in place (decoupled weight decay, bias correction); ``state``

@@ -362,3 +362,30 @@ def test_same_shape_matrices_are_orthogonalized_as_one_batch_with_the_per_matrix
             [(o, s)] = muon_update([g], [b], 0.9, nesterov=True)
             p.mul_(1 - 0.02 * 0.1).add_(o, alpha=-0.02 * s)
     assert_all_close(got, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tensor_lr", [False, True])
+def test_the_multi_tensor_adamw_group_equals_torch_adamw_bit_for_bit(tensor_lr):
+    """Muon's AdamW group (``adamw_update_foreach``: all tensors per op) against torch.optim.AdamW's one-tensor
+    loop (foreach=False), 4 steps, decoupled weight decay and bias correction: equal bits."""
+    from fl_lightning.optim.muon_math import adamw_update_foreach
+
+    g = torch.Generator().manual_seed(0)
+    shapes = [(7,), (3, 5), (1,), (4, 2, 3)]
+    ours = [torch.randn(s, generator=g) for s in shapes]
+    ref = [p.clone().requires_grad_(True) for p in ours]
+    opt = torch.optim.AdamW(ref, lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, foreach=False)
+    states = [{} for _ in ours]
+    for _ in range(4):
+        grads = [torch.randn(s, generator=g) for s in shapes]
+        for p, gr in zip(ref, grads):
+            p.grad = gr.clone()
+        opt.step()
+        lr = torch.tensor(1e-2) if tensor_lr else 1e-2
+        adamw_update_foreach(ours, grads, states, lr, (0.9, 0.99), 1e-8, 0.1)
+    for a, b in zip(ours, ref):
+        if tensor_lr:  # a 0-d tensor lr multiplies, then adds (torch's own tensor-lr path differs the same way)
+            torch.testing.assert_close(a, b.detach(), rtol=1e-6, atol=1e-7)
+        else:
+            assert torch.equal(a, b.detach())
+    assert [s["step"] for s in states] == [4] * 4

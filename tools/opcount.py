@@ -1,0 +1,88 @@
+"""Kernel-launching ATen ops per local step, counted on the CPU as a proxy for a GPU step's launches.
+
+    python tools/opcount.py method=fedmuon model=vit_tiny            # any overrides of train.py
+    python tools/opcount.py --by-op method=fedmuon model=vit_tiny    # and the ops that dominate the step
+
+Runs ``train.py``'s loop in this process (one round of 2 clients) under a ``TorchDispatchMode`` that counts every
+dispatched op except views and allocations, with torch.optim's CUDA default (foreach) in place of its CPU default;
+once with ``fl.local_steps=2`` and once with ``=6``. The difference over the 4 extra steps is the count per local
+step, so whatever happens once per client, round or run cancels. A third run with 4 clients a round gives what a
+client costs beyond its steps (checkout, upload, aggregation): the difference from the 2-client run, per client, less
+its 2 steps.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "lift_fresh",
+               "alias", "_unsafe_view", "set_"}
+
+
+class OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.ops: collections.Counter = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if not (func.is_view or name in ALLOCATIONS):
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count(overrides: list[str], steps: int, clients: int = 2) -> collections.Counter:
+    import importlib
+    import pkgutil
+
+    from tests.helpers.cli import build_loop
+
+    # each torch.optim module holds its own reference to the default chooser: replace it in every one
+    modules = [importlib.import_module(f"torch.optim.{m.name}") for m in pkgutil.iter_modules(torch.optim.__path__)]
+    saved = {m: m._default_to_fused_or_foreach for m in modules if hasattr(m, "_default_to_fused_or_foreach")}
+    for m in saved:
+        m._default_to_fused_or_foreach = lambda params, differentiable, use_fused=False: (False, True)
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            loop = build_loop([*overrides, "fl.rounds=1", f"fl.clients_per_round={clients}", f"fl.local_steps={steps}",
+                               "fl.local_epochs=null", "trainer.progress=false", "trainer.accelerator=cpu",
+                               "checkpoint.every=1000"], d)
+            counter = OpCounter()
+            with counter:
+                loop.run(progress_enabled=False)
+            return counter.ops
+    finally:
+        for m, f in saved.items():
+            m._default_to_fused_or_foreach = f
+
+
+def per_step(overrides: list[str]) -> tuple[float, float, collections.Counter]:
+    """(ops per local step, ops per client beyond its steps, per-op counts per step)."""
+    a, b, c = count(overrides, 2), count(overrides, 6), count(overrides, 2, clients=4)
+    step = (sum(b.values()) - sum(a.values())) / (4 * 2)  # 4 more steps for each of the 2 clients
+    by_op = collections.Counter({k: (b[k] - a[k]) / 8 for k in set(a) | set(b) if b[k] != a[k]})
+    return step, (sum(c.values()) - sum(a.values())) / 2 - 2 * step, by_op
+
+
+def main(argv: list[str]) -> None:
+    by_op = "--by-op" in argv
+    overrides = [a for a in argv if not a.startswith("--")]
+    step, client, ops = per_step(overrides)
+    print(f"{' '.join(overrides) or '(defaults)'}: {step:.0f} ops per local step, {client:.0f} per client beyond "
+          "its steps")
+    if by_op:
+        for name, n in ops.most_common(15):
+            print(f"  {name:32s} {n:7.1f}")
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main(sys.argv[1:])
