@@ -59,7 +59,7 @@ from torch import Tensor
 from ..ranges import Betas, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
-from .muon_math import (adamw_update_foreach, decoupled_step, lmo_update, momentum_coeffs, momentum_update, muon_direction,
+from .muon_math import (adamw_update_foreach, decoupled_step, decoupled_step_foreach, lmo_update, momentum_coeffs, momentum_update, muon_direction,
                         muon_update, update_scale, with_correction)
 from .newton_schulz import NS_COEFFS
 
@@ -154,8 +154,7 @@ class Muon(torch.optim.Optimizer):
                 updates = muon_update([p.grad for p in params], [self.momentum_buffer(p) for p in params],
                                       group["momentum"], corrections=[self.corrections.get(p) for p in params],
                                       **_direction_args(group), **_lmo_args(group))
-                for p, (o, s) in zip(params, updates):
-                    decoupled_step(p, o, lr, lr * s, wd)
+                decoupled_step_foreach(params, updates, lr, wd)
             elif group["aux"] == "adamw":  # a correction enters the gradient (SCAFFOLD style); all tensors at once
                 adamw_update_foreach(params, [with_correction(p.grad, self.corrections.get(p)) for p in params],
                                      [self.state[p] for p in params], lr, group["betas"], group["eps"], wd)

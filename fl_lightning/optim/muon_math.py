@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .newton_schulz import matrix_shape, orthogonalize
-from .scalars import add_scaled_, addcdiv_scaled_
+from .scalars import add_scaled_, addcdiv_scaled_, foreach_add_scaled_
 
 MOMENTUM_STYLES = ("ema", "ema_beta", "heavy_ball")
 STYLE_ALIASES = {"lerp": "ema_beta", "torch": "ema_beta", "ema_alpha": "ema", "sum": "heavy_ball"}
@@ -61,6 +61,32 @@ def momentum_update(grad: Tensor, buf: Tensor, style: str, momentum: float, nest
     return grad.lerp(buf, decay) if nesterov else buf
 
 
+def momentum_update_foreach(grads: Sequence[Tensor], bufs: Sequence[Tensor], style: str, momentum: float,
+                            nesterov: bool) -> list[Tensor]:
+    """:func:`momentum_update` on many tensors with multi-tensor ops, the same arithmetic in the same order (equal
+    bits); returns the directions."""
+    style = STYLE_ALIASES.get(style, style)
+    decay, gain = momentum_coeffs(style, momentum)
+    grads, bufs = list(grads), list(bufs)
+    if style == "heavy_ball":
+        torch._foreach_mul_(bufs, decay)
+        torch._foreach_add_(bufs, grads)
+        return list(torch._foreach_add(grads, bufs, alpha=decay)) if nesterov else bufs
+    torch._foreach_lerp_(bufs, grads, gain)
+    return list(torch._foreach_lerp(grads, bufs, decay)) if nesterov else bufs
+
+
+def with_corrections(directions: list[Tensor], corrections: Sequence[Tensor | None]) -> list[Tensor]:
+    """D + C for each direction that has a correction (one multi-tensor add), the others as they are."""
+    idx = [i for i, c in enumerate(corrections) if c is not None]
+    if not idx:
+        return list(directions)
+    out = list(directions)
+    for i, d in zip(idx, torch._foreach_add([directions[i] for i in idx], [corrections[i] for i in idx])):
+        out[i] = d
+    return out
+
+
 def with_correction(d: Tensor, correction: Tensor | None) -> Tensor:
     """D + C out of place (the stored momentum never holds C); D itself when there is no correction."""
     return d if correction is None else d + correction
@@ -101,8 +127,10 @@ def muon_update(grads: Sequence[Tensor], momenta: Sequence[Tensor], beta: float 
     into O. ``Muon.step`` calls this once per group of Muon params; ``grads`` are not modified."""
     if corrections is None:
         corrections = [None] * len(grads)
-    directions = [muon_direction(g, m, beta, style=style, nesterov=nesterov, correction=c)
-                  for g, m, c in zip(grads, momenta, corrections, strict=True)]
+    if not (len(grads) == len(momenta) == len(corrections)):
+        raise ValueError(f"{len(grads)} gradients, {len(momenta)} momenta and {len(corrections)} corrections")
+    # the momentum line and the corrections for all matrices at once (muon_direction's arithmetic, equal bits)
+    directions = with_corrections(momentum_update_foreach(grads, momenta, style, beta, nesterov), corrections)
     return lmo_update(directions, lmo=lmo, scale_mode=scale_mode, ns_steps=ns_steps, ns_coeffs=ns_coeffs,
                       ns_method=ns_method, ns_eps=ns_eps, ns_dtype=ns_dtype)
 
@@ -123,6 +151,22 @@ def orthogonalize_batched(directions: list[Tensor], **ns) -> list[Tensor]:
         for i, o_i in zip(idx, o.unbind(0)):
             out[i] = o_i.reshape(directions[i].shape)
     return out
+
+
+def decoupled_step_foreach(params: Sequence[Tensor], updates: Sequence[tuple[Tensor, float]], lr,
+                           weight_decay: float) -> None:
+    """:func:`decoupled_step` for many matrices, ``updates`` their (O, s): the weight decay in one multi-tensor op,
+    the step in one per distinct scale s (same-shape matrices share it); equal bits."""
+    params = list(params)
+    if weight_decay != 0:
+        torch._foreach_mul_(params, 1 - lr * weight_decay)
+    by_scale: dict[float, tuple[list[Tensor], list[Tensor]]] = {}
+    for p, (o, s) in zip(params, updates, strict=True):
+        ps, os_ = by_scale.setdefault(s, ([], []))
+        ps.append(p)
+        os_.append(o)
+    for s, (ps, os_) in by_scale.items():
+        foreach_add_scaled_(ps, os_, -(lr * s))
 
 
 def decoupled_step(p: Tensor, o: Tensor, lr: float, lr_p: float, weight_decay: float) -> None:

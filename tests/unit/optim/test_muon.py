@@ -389,3 +389,22 @@ def test_the_multi_tensor_adamw_group_equals_torch_adamw_bit_for_bit(tensor_lr):
         else:
             assert torch.equal(a, b.detach())
     assert [s["step"] for s in states] == [4] * 4
+
+
+@pytest.mark.parametrize("style", ["heavy_ball", "ema", "ema_beta"])
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_the_multi_tensor_momentum_line_equals_the_one_tensor_one(style, nesterov):
+    """``momentum_update_foreach`` (Muon's matrices at once) against ``momentum_update`` per tensor (itself torch's
+    SGD / Muon arithmetic, bit for bit): equal buffers and directions over 3 steps."""
+    from fl_lightning.optim.muon_math import momentum_update, momentum_update_foreach
+
+    g = torch.Generator().manual_seed(1)
+    shapes = [(4, 6), (6, 4), (3, 3)]
+    one = [torch.zeros(s) for s in shapes]
+    many = [torch.zeros(s) for s in shapes]
+    for _ in range(3):
+        grads = [torch.randn(s, generator=g) for s in shapes]
+        d_one = [momentum_update(gr, b, style, 0.9, nesterov).clone() for gr, b in zip(grads, one)]
+        d_many = momentum_update_foreach(grads, many, style, 0.9, nesterov)
+        assert all(torch.equal(a, b) for a, b in zip(d_one, d_many))
+        assert all(torch.equal(a, b) for a, b in zip(one, many))
