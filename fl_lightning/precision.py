@@ -82,6 +82,11 @@ def _value(node: DictConfig, key: str):
         return None
 
 
+def dtype_keys(cfg: DictConfig) -> dict[str, object]:
+    """Every ``ns_dtype`` key of ``cfg`` (its full key) with its value (``auto`` before :func:`resolve`)."""
+    return {full: _value(node, key) for node, key, full in _keys(cfg)}
+
+
 def inherit(cfg: DictConfig, saved: DictConfig | None) -> list[str]:
     """Where ``cfg`` says ``auto`` and the run's saved config (a resume) holds a resolved dtype at the same key,
     take the saved one. Returns the keys taken."""
@@ -146,7 +151,7 @@ def warn_slow_bf16(cfg: DictConfig, device: str) -> list[str]:
     ``trainer.precision``. The run goes on: it is the user's choice. Returns the lines."""
     if device != "cpu" or cpu_has_native_bf16():
         return []
-    keys = sorted(full for node, key, full in _keys(cfg) if _value(node, key) == "bfloat16")
+    keys = sorted(k for k, v in dtype_keys(cfg).items() if v == "bfloat16")
     prec = str(cfg.trainer.get("precision", "32-true"))
     if not keys and not prec.startswith("bf16"):
         return []

@@ -59,8 +59,8 @@ from torch import Tensor
 from ..ranges import Betas, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
-from .muon_math import (adamw_update_foreach, decoupled_step, decoupled_step_foreach, lmo_update, momentum_coeffs, momentum_update, muon_direction,
-                        muon_update, update_scale, with_correction)
+from .muon_math import (adamw_update_foreach, decoupled_step, decoupled_step_foreach, lmo_update, momentum_coeffs,
+                        momentum_update, muon_direction, muon_update, update_scale, with_correction)
 from .newton_schulz import NS_COEFFS
 
 __all__ = ["Muon", "MuonAdapter", "split_muon_params", "muon_param_names", "momentum_coeffs", "momentum_update",

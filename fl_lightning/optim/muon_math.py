@@ -3,7 +3,7 @@ strategy's correction, the LMO with the per-matrix scale (same-shape matrices or
 update of a list of matrices, the decoupled step, and the AdamW step of the auxiliary parameters.
 :class:`~fl_lightning.optim.muon.Muon` is a thin class over them and the only caller outside the tests: ``Muon.step``
 runs :func:`muon_update` on each group of Muon params, :func:`muon_direction` on aux momentum-SGD params and
-:func:`adamw_update` on aux AdamW params, each followed by :func:`decoupled_step` (AdamW's is inside it), and
+:func:`adamw_update_foreach` on aux AdamW params, each followed by :func:`decoupled_step` (AdamW's is inside it), and
 ``Muon.apply_direction`` runs :func:`lmo_update`. Strategy parts reach this math through the optimizer
 (``Muon.apply_direction``, the momentum buffers); see ``muon.py``'s docstring for the equations."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .newton_schulz import matrix_shape, orthogonalize
-from .scalars import add_scaled_, addcdiv_scaled_, foreach_add_scaled_
+from .scalars import add_scaled_, foreach_add_scaled_
 
 MOMENTUM_STYLES = ("ema", "ema_beta", "heavy_ball")
 STYLE_ALIASES = {"lerp": "ema_beta", "torch": "ema_beta", "ema_alpha": "ema", "sum": "heavy_ball"}
@@ -177,11 +177,12 @@ def decoupled_step(p: Tensor, o: Tensor, lr: float, lr_p: float, weight_decay: f
     add_scaled_(p, o, -lr_p)
 
 
-def adamw_update_foreach(params: list[Tensor], grads: list[Tensor], states: list[dict], lr, betas: tuple[float, float],
-                         eps: float, weight_decay: float) -> None:
-    """:func:`adamw_update` on many tensors with multi-tensor ops (``torch._foreach_*``: one launch per op for the
-    group on a GPU instead of one per tensor), the same arithmetic in the same order, so the results equal the
-    one-tensor loop's bit for bit. Tensors are taken in runs of one step count (all of a group, in practice)."""
+def adamw_update_foreach(params: list[Tensor], grads: list[Tensor], states: list[dict], lr,
+                         betas: tuple[float, float], eps: float, weight_decay: float) -> None:
+    """torch.optim.AdamW's step (decoupled weight decay, bias correction) on many tensors in place, with multi-tensor
+    ops (``torch._foreach_*``: one launch per op for the group on a GPU instead of one per tensor); equal bits to
+    torch's one-tensor loop. ``states[i]`` holds ``step``, ``exp_avg``, ``exp_avg_sq`` (created at the first step);
+    tensors are taken in runs of one step count (all of a group, in practice)."""
     beta1, beta2 = betas
     for st, p in zip(states, params):
         if "step" not in st:
@@ -207,21 +208,3 @@ def adamw_update_foreach(params: list[Tensor], grads: list[Tensor], states: list
             torch._foreach_add_(ps, torch._foreach_mul(torch._foreach_div(ms, denom), a))
         else:
             torch._foreach_addcdiv_(ps, ms, denom, value=a)
-
-
-def adamw_update(p: Tensor, grad: Tensor, state: dict, lr: float, betas: tuple[float, float], eps: float,
-                 weight_decay: float) -> None:
-    """torch.optim.AdamW's single-tensor step on ``p`` in place (decoupled weight decay, bias correction); ``state``
-    holds ``step``, ``exp_avg``, ``exp_avg_sq`` (created at the first step)."""
-    beta1, beta2 = betas
-    if "step" not in state:
-        state["step"] = 0
-        state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-        state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-    state["step"] += 1
-    t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-    p.mul_(1 - lr * weight_decay)
-    m.lerp_(grad, 1 - beta1)
-    v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    denom = (v.sqrt() / math.sqrt(1 - beta2**t)).add_(eps)
-    addcdiv_scaled_(p, m, denom, -lr / (1 - beta1**t))

@@ -89,7 +89,7 @@ def run_method(name: str, extra: tuple[str, ...] = ()) -> dict:
     try:
         with tempfile.TemporaryDirectory() as d:
             cfg = make_cfg([f"method={name}", *OVERRIDES, *extra], d)
-            auto = [full for node, key, full in precision._keys(cfg) if precision._value(node, key) == precision.AUTO]
+            auto = [k for k, v in precision.dtype_keys(cfg).items() if v == precision.AUTO]
             loop = build(cfg, d)
             loop.setup()
             torch.set_num_threads(1)

@@ -36,7 +36,7 @@ def at_fixture_precision(method: str) -> list[str]:
     from tests.helpers.cli import make_cfg
 
     cfg = make_cfg([f"method={method}"], "unused")
-    return [f"{full}=bfloat16" for node, key, full in precision._keys(cfg) if precision._value(node, key) == "auto"]
+    return [f"{k}=bfloat16" for k, v in precision.dtype_keys(cfg).items() if v == precision.AUTO]
 
 
 def tensors(loop, path) -> dict[str, torch.Tensor]:

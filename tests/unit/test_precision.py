@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from fl_lightning import precision
 from fl_lightning.optim.newton_schulz import orthogonalize
-from tests.helpers.cli import CONF, cli_in_process, make_cfg, saved_model
+from tests.helpers.cli import cli_in_process, make_cfg, saved_model
 
 TINY = ["data=digits", "model=mlp", "model.net.hidden=[16]", "fl.num_clients=4", "fl.clients_per_round=2",
         "fl.local_steps=2", "fl.rounds=3", "trainer.progress=false", "trainer.threads=1"]
@@ -34,7 +34,7 @@ def test_auto_resolves_by_device(monkeypatch, tmp_path, method, device, native, 
     monkeypatch.setattr(precision, "cpu_has_native_bf16", lambda: native)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: device == "cuda")  # trainer.accelerator=auto sees it
     cfg = make_cfg([f"method={method}", "trainer.accelerator=auto"], tmp_path)
-    keys = [full for _, _, full in precision._keys(cfg)]
+    keys = list(precision.dtype_keys(cfg))
     assert keys and all(OmegaConf.select(cfg, k) == "auto" for k in keys)
     resolved = precision.resolve(cfg)
     assert resolved and set(resolved.values()) == {want}
