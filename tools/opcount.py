@@ -4,7 +4,8 @@
     python tools/opcount.py --by-op method=fedmuon model=vit_tiny    # and the ops that dominate the step
 
 Runs ``train.py``'s loop in this process (one round of 2 clients) under a ``TorchDispatchMode`` that counts every
-dispatched op except views and allocations, with torch.optim's CUDA default (foreach) in place of its CPU default;
+dispatched op except views and allocations, with CUDA's defaults in place of the CPU's: torch.optim's foreach, and
+Newton–Schulz in one zero-padded batch (``ns_batching: auto``);
 once with ``fl.local_steps=2`` and once with ``=6``. The difference over the 4 extra steps is the count per local
 step, so whatever happens once per client, round or run cancels. A third run with 4 clients a round gives what a
 client costs beyond its steps (checkout, upload, aggregation): the difference from the 2-client run, per client, less
@@ -50,6 +51,8 @@ def count(overrides: list[str], steps: int, clients: int = 2) -> collections.Cou
     saved = {m: m._default_to_fused_or_foreach for m in modules if hasattr(m, "_default_to_fused_or_foreach")}
     for m in saved:
         m._default_to_fused_or_foreach = lambda params, differentiable, use_fused=False: (False, True)
+    from fl_lightning.optim import muon_math
+    muon_math.PAD_DEVICES.add("cpu")  # and Newton-Schulz batched as on CUDA (ns_batching: auto pads there)
     try:
         with tempfile.TemporaryDirectory() as d:
             loop = build_loop([*overrides, "fl.rounds=1", f"fl.clients_per_round={clients}", f"fl.local_steps={steps}",
@@ -60,6 +63,7 @@ def count(overrides: list[str], steps: int, clients: int = 2) -> collections.Cou
                 loop.run(progress_enabled=False)
             return counter.ops
     finally:
+        muon_math.PAD_DEVICES.discard("cpu")
         for m, f in saved.items():
             m._default_to_fused_or_foreach = f
 

@@ -59,8 +59,8 @@ from torch import Tensor
 from ..ranges import Betas, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
-from .muon_math import (adamw_update_foreach, decoupled_step, decoupled_step_foreach, lmo_update, momentum_coeffs,
-                        momentum_update, muon_direction, muon_update, update_scale, with_correction)
+from .muon_math import (NS_BATCHING, adamw_update_foreach, decoupled_step, decoupled_step_foreach, lmo_update,
+                        momentum_coeffs, momentum_update, muon_direction, muon_update, update_scale, with_correction)
 from .newton_schulz import NS_COEFFS
 
 __all__ = ["Muon", "MuonAdapter", "split_muon_params", "muon_param_names", "momentum_coeffs", "momentum_update",
@@ -75,7 +75,9 @@ class Muon(torch.optim.Optimizer):
     Aux groups take ``lr``/``momentum``/``weight_decay``/``nesterov`` from ``aux_*`` (group key, then constructor
     argument) and fall back to the Muon values when those are None. Defaults follow torch.optim.Muon (except
     weight_decay = 0); paper settings come from the configs (e.g. seed 000: momentum_style="ema", momentum=0.05,
-    nesterov=False, ns_coeffs="polar_express", scale_mode="moonlight").
+    nesterov=False, ns_coeffs="polar_express", scale_mode="moonlight"). ``ns_batching``: how the matrices of a group
+    meet in Newton–Schulz (``muon_math.orthogonalize_batched``): ``auto`` = all in one zero-padded batch on CUDA, per
+    shape elsewhere; ``pad``; ``shape``.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class Muon(torch.optim.Optimizer):
         ns_method: str = "ns",
         ns_dtype: Annotated[torch.dtype | str | None, OneOf("auto", "float32", "bfloat16", "float16", "float64")] = None,
         ns_eps: NonNegative = 1e-7,
+        ns_batching: Annotated[str, OneOf(*NS_BATCHING)] = "auto",
         scale_mode: str = "spectral",
         weight_decay: NonNegative = 0.0,
         lmo: str = "spectral",
@@ -103,8 +106,8 @@ class Muon(torch.optim.Optimizer):
     ):
         defaults = dict(lr=lr, momentum=momentum, momentum_style=momentum_style, nesterov=nesterov,
                         weight_decay=weight_decay, ns_steps=ns_steps, ns_coeffs=ns_coeffs, ns_method=ns_method,
-                        ns_dtype=ns_dtype, ns_eps=ns_eps, scale_mode=scale_mode, lmo=lmo, aux=aux,
-                        betas=tuple(aux_betas), eps=aux_eps)
+                        ns_dtype=ns_dtype, ns_eps=ns_eps, ns_batching=ns_batching, scale_mode=scale_mode, lmo=lmo,
+                        aux=aux, betas=tuple(aux_betas), eps=aux_eps)
         aux_args = dict(lr=aux_lr, momentum=aux_momentum, nesterov=aux_nesterov, weight_decay=aux_weight_decay)
         super().__init__(build_groups(params, defaults, aux_args), defaults)
         for group in self.param_groups:
@@ -193,7 +196,7 @@ def _direction_args(group: dict) -> dict:
 def _lmo_args(group: dict) -> dict:
     return dict(lmo=group["lmo"], scale_mode=group["scale_mode"], ns_steps=group["ns_steps"],
                 ns_coeffs=group["ns_coeffs"], ns_method=group["ns_method"], ns_eps=group["ns_eps"],
-                ns_dtype=group["ns_dtype"])
+                ns_dtype=group["ns_dtype"], ns_batching=group.get("ns_batching", "auto"))
 
 
 class MuonAdapter(StateAdapter):

@@ -7,7 +7,7 @@ from typing import Annotated
 from torch import Tensor, nn
 
 from ..ranges import OneOf
-from .muon_math import AUX, EXCLUDABLE, LMOS, MOMENTUM_STYLES, SCALE_MODES, STYLE_ALIASES
+from .muon_math import AUX, EXCLUDABLE, LMOS, NS_BATCHING, MOMENTUM_STYLES, SCALE_MODES, STYLE_ALIASES
 from .newton_schulz import resolve_coeffs
 
 def build_groups(params: Iterable, defaults: dict, aux_args: dict) -> list[dict]:
@@ -52,7 +52,8 @@ def check_group(group: dict) -> None:
     style = STYLE_ALIASES.get(group["momentum_style"], group["momentum_style"])
     if style not in MOMENTUM_STYLES:
         raise ValueError(f"momentum_style must be one of {MOMENTUM_STYLES}, got {group['momentum_style']!r}")
-    for key, allowed in (("scale_mode", SCALE_MODES), ("lmo", LMOS), ("aux", AUX), ("ns_method", ("ns", "svd"))):
+    for key, allowed in (("scale_mode", SCALE_MODES), ("lmo", LMOS), ("aux", AUX), ("ns_method", ("ns", "svd")),
+                         ("ns_batching", NS_BATCHING)):
         if group[key] not in allowed:
             raise ValueError(f"{key} must be one of {allowed}, got {group[key]!r}")
     resolve_coeffs(group["ns_coeffs"])

@@ -39,9 +39,10 @@ from torch import Tensor
 
 from ..ranges import Betas, Fraction, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
-from .scalars import add_scaled_
+from .scalars import foreach_add_scaled_
 
-__all__ = ["SOAP", "SOAPAdapter", "eigenbasis", "factored_dims", "power_qr", "project"]
+__all__ = ["SOAP", "SOAPAdapter", "eigenbasis", "factored_dims", "power_qr", "project", "project_many",
+           "eigenbases"]
 
 FIRST_STEPS = ("init_only", "adam")
 
@@ -73,6 +74,29 @@ def eigenbasis(GG: Tensor) -> Tensor:
     except RuntimeError:
         Q = torch.linalg.eigh((GG + eye).double()).eigenvectors.to(GG.dtype)
     return torch.flip(Q, dims=[1])
+
+
+def eigenbases(GGs: list[Tensor]) -> list[Tensor]:
+    """:func:`eigenbasis` of each factor, same-shape factors in one batched ``eigh`` (LAPACK solves each matrix of a
+    batch on its own on a CPU; on a GPU small ones go to a batched solver, equal up to rounding and the
+    eigenvectors' signs); a batch that fails to converge is redone one factor at a time."""
+    out: list[Tensor | None] = [None] * len(GGs)
+    by_shape: dict[tuple, list[int]] = {}
+    for i, GG in enumerate(GGs):
+        by_shape.setdefault((tuple(GG.shape), GG.dtype, GG.device), []).append(i)
+    for idx in by_shape.values():
+        if len(idx) == 1:
+            out[idx[0]] = eigenbasis(GGs[idx[0]])
+            continue
+        G = torch.stack([GGs[i] for i in idx])
+        eye = 1e-30 * torch.eye(G.shape[-1], device=G.device, dtype=G.dtype)
+        try:
+            Q = torch.flip(torch.linalg.eigh(G + eye).eigenvectors, dims=[-1])
+        except RuntimeError:
+            Q = torch.stack([eigenbasis(GGs[i]) for i in idx])
+        for i, q in zip(idx, Q.unbind(0)):
+            out[i] = q
+    return out
 
 
 def power_qr(GG: Tensor, Q: Tensor) -> tuple[Tensor, Tensor]:
@@ -164,6 +188,10 @@ class SOAP(torch.optim.Optimizer):
     # ----------------------------------------------------------------- the step
     @torch.no_grad()
     def step(self, closure=None):
+        """One step of every param: the moments, the scaled step, decay and the factors with multi-tensor ops
+        (``torch._foreach_*``), the projections of same-shape matrices as batched matmuls (:func:`project_many`),
+        the eigenbasis refreshes one param at a time (every f steps); the arithmetic of one param at a time, in the
+        same order."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -171,39 +199,108 @@ class SOAP(torch.optim.Optimizer):
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+            live, fresh = [], []  # the params that take a full step; those whose first step only sets L, R, Q
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 if p.grad.is_sparse:
                     raise RuntimeError("SOAP does not support sparse gradients")
-                g = p.grad
                 st = self.state[p]
                 if "exp_avg" not in st:
                     st.update(self._fresh(p, group))
                     if group["first_step"] == "init_only":
-                        self._update_factors(p, g, group)
-                        self._refresh_eigh(p, group)
+                        fresh.append(p)
                         continue  # the reference code's first step: initialise L, R, Q only
                 st["step"] += 1
+                live.append(p)
+            if fresh:
+                self._update_factors_many(fresh, [p.grad for p in fresh], group)
+                self._refresh_eigh_many(fresh, group)
+            if not live:
+                continue
+            sts = [self.state[p] for p in live]
+            gs, ms, vs = [p.grad for p in live], [st["exp_avg"] for st in sts], [st["exp_avg_sq"] for st in sts]
+            Qss = [self._Qs(p, group) for p in live]
+            torch._foreach_lerp_(ms, gs, 1 - beta1)  # M ← β1 M + (1−β1) G
+            torch._foreach_lerp_(vs, torch._foreach_pow(project_many(gs, Qss), 2), 1 - beta2)  # V ← .. + G'⊙G'
+            denom = torch._foreach_sqrt(vs)
+            torch._foreach_add_(denom, eps)
+            ns = project_many(torch._foreach_div(project_many(ms, Qss), denom), Qss, back=True)
+            by_step: dict[int, list[int]] = {}
+            for i, st in enumerate(sts):
+                by_step.setdefault(st["step"], []).append(i)
+            for t, idx in by_step.items():
+                step_size = lr * math.sqrt(1 - beta2**t) / (1 - beta1**t) if group["correct_bias"] else lr
+                foreach_add_scaled_([live[i] for i in idx], [ns[i] for i in idx], -step_size)
+            if wd > 0:
+                torch._foreach_mul_(live, 1 - lr * wd)
+            self._update_factors_many(live, gs, group)
+            if group["first_step"] == "adam":
+                self._refresh_eigh_many([p for p, st in zip(live, sts) if st["step"] == 1], group)
+            for p, st in zip(live, sts):
                 t = st["step"]
-                Qs = self._Qs(p, group)
-                m, v = st["exp_avg"], st["exp_avg_sq"]
-                m.lerp_(g, 1 - beta1)
-                v.lerp_(project(g, Qs).square(), 1 - beta2)
-                denom = v.sqrt().add_(eps)
-                n = project(project(m, Qs) / denom, Qs, back=True)
-                step_size = lr
-                if group["correct_bias"]:
-                    step_size = lr * math.sqrt(1 - beta2**t) / (1 - beta1**t)
-                add_scaled_(p, n, -step_size)
-                if wd > 0:
-                    p.mul_(1 - lr * wd)
-                self._update_factors(p, g, group)
-                if group["first_step"] == "adam" and t == 1:
-                    self._refresh_eigh(p, group)
-                elif t % group["precondition_frequency"] == 0:
+                if t % group["precondition_frequency"] == 0 and not (group["first_step"] == "adam" and t == 1):
                     self._refresh_qr(p, group)
         return loss
+
+    def _refresh_eigh_many(self, ps: list[Tensor], group: dict) -> None:
+        """``_refresh_eigh`` of many params, same-shape factors in one batched ``eigh`` (:func:`eigenbases`)."""
+        slots = [(self.state[p], f"Q{i}", f"GG{i}") for p in ps for i, f in enumerate(self._dims(p, group)) if f]
+        for (st, q, _), Q in zip(slots, eigenbases([st[gg] for st, _, gg in slots])):
+            st[q] = Q
+
+    def _update_factors_many(self, ps: list[Tensor], gs: list[Tensor], group: dict) -> None:
+        """``_update_factors`` of many params: L ← β_s L + (1−β_s) G Gᵀ, R likewise, same-shape matrices' G Gᵀ and
+        Gᵀ G as batched matmuls, every lerp in one multi-tensor op."""
+        beta = self._shampoo_beta(group)
+        factors, products = [], []
+        for idx in _batches(gs, [self._Qs(p, group) for p in ps]):
+            sts = [self.state[ps[i]] for i in idx]
+            if len(idx) > 1:  # same-shape matrices with both factors: one bmm for each of G Gᵀ and Gᵀ G
+                X = torch.stack([gs[i].to(sts[0]["GG0"].dtype) for i in idx])
+                for k, prod in ((0, torch.bmm(X, X.mT)), (1, torch.bmm(X.mT, X))):
+                    factors += [st[f"GG{k}"] for st in sts]
+                    products += list(prod.unbind(0))
+                continue
+            p, g, st = ps[idx[0]], gs[idx[0]], sts[0]
+            for i, f in enumerate(self._dims(p, group)):
+                if f:
+                    others = [d for d in range(g.dim()) if d != i]
+                    gg = g.to(st[f"GG{i}"].dtype)
+                    factors.append(st[f"GG{i}"])
+                    products.append(torch.tensordot(gg, gg, dims=[others, others]))
+        if factors:
+            torch._foreach_lerp_(factors, products, 1 - beta)
+
+
+def _batches(xs: list[Tensor], Qss: list[list[Tensor | None]]) -> list[list[int]]:
+    """Indices of ``xs`` in batches: same-shape matrices with both factors (of one dtype and device) together, every
+    other tensor alone."""
+    out: dict[tuple, list[int]] = {}
+    for i, (x, Qs) in enumerate(zip(xs, Qss)):
+        whole = x.dim() == 2 and all(Q is not None for Q in Qs) and Qs[0].dtype == Qs[1].dtype
+        key = (tuple(x.shape), x.dtype, x.device, Qs[0].dtype) if whole else ("one", i)
+        out.setdefault(key, []).append(i)
+    return list(out.values())
+
+
+def project_many(xs: list[Tensor], Qss: list[list[Tensor | None]], back: bool = False) -> list[Tensor]:
+    """:func:`project` of each x with its bases, same-shape matrices with both factors as batched matmuls: Q_Lᵀ X Q_R
+    (``back``: Q_L X Q_Rᵀ) with the operands in :func:`project`'s order (``tensordot`` multiplies xᵀ by Q, then
+    the result's transpose by the next Q), so one batch's matrices equal the one-at-a-time results."""
+    out: list[Tensor | None] = [None] * len(xs)
+    for idx in _batches(xs, Qss):
+        if len(idx) == 1:
+            out[idx[0]] = project(xs[idx[0]], Qss[idx[0]], back)
+            continue
+        X = torch.stack([xs[i] for i in idx])
+        for k in (0, 1):
+            Q = torch.stack([Qss[i][k] for i in idx])
+            X = torch.bmm(X.mT, Q.mT if back else Q)
+        out_b = X.unbind(0)
+        for j, i in enumerate(idx):
+            out[i] = out_b[j]
+    return out
 
 
 class SOAPAdapter(StateAdapter):

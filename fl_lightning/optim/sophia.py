@@ -28,7 +28,7 @@ from torch import Tensor
 
 from ..ranges import Betas, LearningRate, NonNegative, OneOf, Positive
 from .adapters import StateAdapter
-from .scalars import add_scaled_
+from .scalars import foreach_add_scaled_
 
 __all__ = ["Sophia", "SophiaAdapter"]
 
@@ -63,16 +63,22 @@ class Sophia(torch.optim.Optimizer):
 
     @torch.no_grad()
     def update_hessian(self, estimates: Mapping[Tensor, Tensor]) -> None:
-        """h ← β2 h + (1−β2) max(ĥ, 0) for each param given (Alg. 8, the Hessian line)."""
+        """h ← β2 h + (1−β2) max(ĥ, 0) for each param given (Alg. 8, the Hessian line), all at once."""
         for group in self.param_groups:
             beta2 = group["betas"][1]
-            for p in group["params"]:
-                est = estimates.get(p)
-                if est is not None:
-                    self._state(p)["hessian"].mul_(beta2).add_(est.clamp(min=0).to(p.dtype), alpha=1 - beta2)
+            ps = [p for p in group["params"] if estimates.get(p) is not None]
+            if not ps:
+                continue
+            hs = [self._state(p)["hessian"] for p in ps]
+            ests = torch._foreach_clamp_min([estimates[p] for p in ps], 0)
+            ests = [e.to(p.dtype) for e, p in zip(ests, ps)]
+            torch._foreach_mul_(hs, beta2)
+            torch._foreach_add_(hs, ests, alpha=1 - beta2)
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One step of every param with multi-tensor ops (``torch._foreach_*``): the same arithmetic in the same order
+        as one tensor at a time (equal bits), one launch per op for the group on a GPU."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -80,23 +86,27 @@ class Sophia(torch.optim.Optimizer):
         for group in self.param_groups:
             beta1 = group["betas"][0]
             lr, wd, rho, gamma, eps = group["lr"], group["weight_decay"], group["rho"], group["gamma"], group["eps"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("Sophia does not support sparse gradients")
-                st = self._state(p)
+            ps = [p for p in group["params"] if p.grad is not None]
+            if not ps:
+                continue
+            if any(p.grad.is_sparse for p in ps):
+                raise RuntimeError("Sophia does not support sparse gradients")
+            states = [self._state(p) for p in ps]
+            for st in states:
                 st["step"] += 1
-                m, h = st["exp_avg"], st["hessian"]
-                m.lerp_(p.grad, 1 - beta1)
-                if group["denominator"] == "max":
-                    denom = (h * gamma).clamp_(min=eps)
-                else:
-                    denom = (h * gamma).add_(eps)
-                d = (m / denom).clamp_(-rho, rho)
-                if wd > 0:
-                    p.mul_(1 - lr * wd)
-                add_scaled_(p, d, -lr)
+            ms, hs = [st["exp_avg"] for st in states], [st["hessian"] for st in states]
+            torch._foreach_lerp_(ms, [p.grad for p in ps], 1 - beta1)  # m ← β1 m + (1−β1) g
+            denom = torch._foreach_mul(hs, gamma)
+            if group["denominator"] == "max":
+                torch._foreach_clamp_min_(denom, eps)  # max(γ·h, ε)
+            else:
+                torch._foreach_add_(denom, eps)  # γ·h + ε
+            d = torch._foreach_div(ms, denom)
+            torch._foreach_clamp_min_(d, -rho)
+            torch._foreach_clamp_max_(d, rho)  # clip(m / denom, −ρ, ρ)
+            if wd > 0:
+                torch._foreach_mul_(ps, 1 - lr * wd)
+            foreach_add_scaled_(ps, d, -lr)
         return loss
 
 
