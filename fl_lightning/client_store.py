@@ -234,9 +234,9 @@ class ClientStateStore:
             else:
                 buf.copy_(packed)
         views = _views(buf, layout)
-        for k, v in state.items():
-            if k not in on_device:
-                views[k].copy_(v.detach())
+        on_cpu = [k for k in state if k not in on_device]
+        if on_cpu:  # one multi-tensor copy
+            torch._foreach_copy_([views[k] for k in on_cpu], [state[k].detach() for k in on_cpu])
         if self.offload_dir:
             for a, b in _gaps(layout, end):
                 buf[a:b].zero_()  # no stray bytes in a client file

@@ -115,9 +115,8 @@ class FederatedLoop:
 
     # ------------------------------------------------------------------ helpers
     def _load_global_into_module(self) -> None:
-        with torch.no_grad():
-            for k, t in self.local.items():
-                t.copy_(self.global_params[k])
+        with torch.no_grad():  # one multi-tensor copy
+            torch._foreach_copy_(list(self.local.values()), [self.global_params[k] for k in self.local])
 
     def _all_reduce(self, t: Tensor) -> Tensor:
         return self.fabric.all_reduce(t, reduce_op="sum") if self.world > 1 else t

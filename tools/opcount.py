@@ -25,7 +25,8 @@ import torch  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "lift_fresh",
-               "alias", "_unsafe_view", "set_"}
+               "alias", "_unsafe_view", "set_",
+               "_record_function_enter_new", "_record_function_exit"}  # and the profiler's markers (no kernel)
 
 
 class OpCounter(TorchDispatchMode):

@@ -58,6 +58,9 @@ class StateAdapter:
     """The generic adapter: any ``torch.optim.Optimizer`` whose per-parameter state is tensors and numbers."""
 
     supports_correction = False
+    # whether a state of zeros (numbers 0) is what the optimizer would create afresh: then a client's state is reset
+    # in place (one multi-tensor zero over the run's tensors, ``optim.state.reset_in_place``) instead of rebuilt
+    zero_is_fresh = False
 
     def __init__(self, opt: torch.optim.Optimizer):
         self.opt = opt
@@ -159,6 +162,8 @@ class SGDAdapter(StateAdapter):
 class AdamAdapter(StateAdapter):
     """torch.optim.Adam / AdamW: ``step`` (a 0-d tensor, on the device when fused or capturable), ``exp_avg``,
     ``exp_avg_sq`` and, with amsgrad, ``max_exp_avg_sq``."""
+
+    zero_is_fresh = True  # torch creates step 0 and zero moments
 
     def param_kind(self, p: Tensor) -> str:
         return "adamw" if isinstance(self.opt, torch.optim.AdamW) else "adam"

@@ -82,6 +82,8 @@ class Lion(torch.optim.Optimizer):
 class LionAdapter(StateAdapter):
     """Lion's state for federated parts: ``exp_avg`` (m)."""
 
+    zero_is_fresh = True
+
     def param_kind(self, p: Tensor) -> str:
         return "lion"
 

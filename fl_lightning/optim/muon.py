@@ -204,6 +204,7 @@ class MuonAdapter(StateAdapter):
     ``exp_avg``, ``exp_avg_sq`` for aux-AdamW params; corrections enter the direction (``set_correction``)."""
 
     supports_correction = True
+    zero_is_fresh = True  # momenta created as zeros; AdamW's step 0 and zero moments
 
     def param_kind(self, p: Tensor) -> str:
         return self.opt.param_kind(p)

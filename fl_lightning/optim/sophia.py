@@ -113,6 +113,8 @@ class Sophia(torch.optim.Optimizer):
 class SophiaAdapter(StateAdapter):
     """Sophia's state for federated parts: ``step`` (int), ``exp_avg`` (m), ``hessian`` (h); Θ = {h}."""
 
+    zero_is_fresh = True
+
     def param_kind(self, p: Tensor) -> str:
         return "sophia"
 

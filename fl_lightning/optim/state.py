@@ -15,6 +15,7 @@ and goes through ``opt.load_state_dict`` (so the optimizer's own casting and che
 """
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -23,6 +24,13 @@ from torch import Tensor
 from ..errors import ConfigError
 
 _PY, _LEN = "#py", "#len"
+_ZEROED: "weakref.WeakKeyDictionary[torch.optim.Optimizer, bool]" = weakref.WeakKeyDictionary()
+
+
+def fresh_entry(opt: torch.optim.Optimizer, p: Tensor, key: str) -> bool:
+    """Whether ``opt``'s entry ``key`` of ``p`` is what a fresh optimizer holds at a client's start: absent, or
+    zeroed by :func:`reset_in_place` with no state imported since (ask before the client's first step)."""
+    return key not in opt.state.get(p, {}) or _ZEROED.get(opt, False)
 
 
 def _put(out: dict[str, Tensor], key: str, v: Any, opt) -> None:
@@ -82,6 +90,7 @@ def import_optimizer_state(opt: torch.optim.Optimizer, flat: dict[str, Tensor]) 
             state[int(head)] = values
     sd["state"] = state
     opt.load_state_dict(sd)
+    _ZEROED.pop(opt, None)
 
 
 def reset_in_place(opt: torch.optim.Optimizer, fresh: torch.optim.Optimizer) -> torch.optim.Optimizer:
@@ -89,7 +98,12 @@ def reset_in_place(opt: torch.optim.Optimizer, fresh: torch.optim.Optimizer) -> 
     group's hyperparameters, an empty state, and the other public attributes (e.g. Muon's corrections), while the
     object, its group dicts and its state dict stay the same objects. One optimizer object then serves every client
     of a run, so a compiled step (``trainer.compile``) that guards on the optimizer is reused, not recompiled for
-    each client; each client's values equal a fresh optimizer's bit for bit."""
+    each client; each client's values equal a fresh optimizer's bit for bit.
+
+    Static state: where the optimizer's adapter says a state of zeros is what it creates afresh (``zero_is_fresh``:
+    Adam(W), Muon, Sophia, Lion), the state's tensors stay allocated for the run and are zeroed in place (one
+    multi-tensor op) and its numbers set to 0, instead of being dropped and rebuilt tensor by tensor at the first
+    step; SGD (whose first step copies the gradient) and SOAP (whose first step initialises its bases) start empty."""
     if len(opt.param_groups) != len(fresh.param_groups):
         raise ValueError(f"{type(opt).__name__}: {len(fresh.param_groups)} param groups, was {len(opt.param_groups)}")
     for group, new in zip(opt.param_groups, fresh.param_groups):
@@ -100,7 +114,23 @@ def reset_in_place(opt: torch.optim.Optimizer, fresh: torch.optim.Optimizer) -> 
                 group[k] = v
         for k in [k for k in group if k not in new]:
             del group[k]
-    opt.state.clear()
+    from .adapters import adapter_for
+
+    if adapter_for(opt).zero_is_fresh:
+        tensors = []
+        for st in opt.state.values():
+            for k, v in st.items():
+                if isinstance(v, Tensor):
+                    tensors.append(v)
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    st[k] = type(v)(0)
+                else:
+                    raise TypeError(f"{type(opt).__name__} keeps a {type(v).__name__} under {k!r}: not zero_is_fresh")
+        if tensors:
+            torch._foreach_zero_(tensors)
+        _ZEROED[opt] = True
+    else:
+        opt.state.clear()
     for k, v in vars(fresh).items():
         if k not in ("param_groups", "state", "defaults") and not k.startswith("_"):
             setattr(opt, k, v)

@@ -145,17 +145,23 @@ class Aggregate:
         self.weights: dict[str, float] = {}
 
     def add(self, msgs: dict[str, Msg]) -> None:
+        """Add one client's uploads: the running sums of keys already seen in one multi-tensor op per weight."""
         self.num_sampled += 1
+        adds: dict[float, tuple[list[Tensor], list[Tensor]]] = {}
         for k, m in msgs.items():
             t = m.tensor.detach()
             if t.dtype in (torch.float16, torch.bfloat16):  # accumulate half precision in fp32; fp32/fp64 stay
                 t = t.float()
             if k in self.sums:
-                self.sums[k].add_(t, alpha=m.weight)
+                sums, ts = adds.setdefault(m.weight, ([], []))
+                sums.append(self.sums[k])
+                ts.append(t)
             else:
                 self.sums[k] = t.mul(m.weight) if m.weight != 1.0 else t.clone()
                 self.weights[k] = 0.0
             self.weights[k] += m.weight
+        for w, (sums, ts) in adds.items():
+            torch._foreach_add_(sums, ts, alpha=w)
 
     def all_reduce(self, reduce_sum, gather_object, device) -> None:
         """Sum every process's sums, weights and client count (``reduce_sum(tensor) -> tensor``, ``gather_object(obj)

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ...optim.adapters import adapter_for
+from ...optim.state import fresh_entry
 from ..base import ClientContext, Msg, ServerContext
 from ..records import Field, Record
 from .control_variate import ServerControlVariate
@@ -124,7 +125,7 @@ class LMOControlVariates(ServerControlVariate):
             stored = state.c_i.get(n)
             ci = stored.to(p.dtype) if stored is not None else torch.zeros_like(p)
             old[n] = ci
-            if "momentum_buffer" not in adapter.opt.state[p]:  # M_i^{(r,0)} = C_i^{(r)} (Lemma 9)
+            if fresh_entry(adapter.opt, p, "momentum_buffer"):  # M_i^{(r,0)} = C_i^{(r)} (Lemma 9)
                 adapter.import_state(p, {"momentum_buffer": ci})
         corr = {}
         for n in self.corrected:

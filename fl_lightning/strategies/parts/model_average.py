@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import torch
 from torch import Tensor
 
 from ...codecs.base import CodecState
@@ -88,8 +89,9 @@ class ModelAverage(Part):
         out, sent = self.Up(self, {}), {}
         rng = client.codec_rng() if self.codec is not None else None
         extra = {"client": client} if getattr(self.codec, "uses_client", False) else {}
-        for n, x in client.global_params.items():
-            delta = client.local[n].detach() - x
+        names = list(client.global_params)
+        deltas = torch._foreach_sub([client.local[n].detach() for n in names], [client.global_params[n] for n in names])
+        for n, delta in zip(names, deltas):  # the deltas in one multi-tensor op, then each through the codec
             if self.codec is not None and n in client.params:
                 m = self.codec.encode(delta, self.codec_state(client.state, n), rng=rng, **extra)
                 out.delta[n] = Msg(m.tensor, w, nbits=m.bits())

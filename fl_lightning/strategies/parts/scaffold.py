@@ -61,16 +61,25 @@ class ScaffoldCorrection(ServerControlVariate):
         self.cv = {n: torch.zeros_like(params[n], dtype=dt(params[n])) for n in server.trainable}
 
     def client_start(self, client: ClientContext) -> None:
-        ci, corr, acc = {}, {}, {}
+        """c_i (the stored one, else zeros), the correction c - c_i in one multi-tensor op, the gradient sum zeroed in
+        place (buffers allocated once per run: every client's start is a few multi-tensor ops)."""
         state, down = self.State(self, client.state), self.Down(self, client.received)
-        for n in self.c:
-            p = client.params[n]
+        names = list(self.c)
+        ps = [client.params[n] for n in names]
+        if getattr(self, "_zeros", None) is None or any(self._zeros[n].shape != p.shape for n, p in zip(names, ps)):
+            self._zeros = {n: torch.zeros_like(p) for n, p in zip(names, ps)}  # c_i of a client that never trained
+            self._acc = {n: torch.zeros_like(p) for n, p in zip(names, ps)}  # reused by each client, zeroed
+        ci = {}
+        for n, p in zip(names, ps):
             stored = state.c_i.get(n)
-            ci[n] = stored.to(p.dtype) if stored is not None else torch.zeros_like(p)
-            corr[n] = down.cv[n].to(p.dtype) - ci[n]
-            if self.control in ("mean_grad", "last_grad"):
-                acc[n] = torch.zeros_like(p)
-        if self.control == "option1":  # the module holds x^r now: the fresh gradient is at the server model
+            ci[n] = stored.to(p.dtype) if stored is not None else self._zeros[n]
+        corr = dict(zip(names, torch._foreach_sub([down.cv[n].to(p.dtype) for n, p in zip(names, ps)],
+                                                  [ci[n] for n in names])))
+        acc = {}
+        if self.control in ("mean_grad", "last_grad"):
+            acc = self._acc
+            torch._foreach_zero_(list(acc.values()))
+        elif self.control == "option1":  # the module holds x^r now: the fresh gradient is at the server model
             g = client.extra_gradient()
             acc = {n: g[n].detach().clone() for n in self.c}
         client.slot(self).state = {"c_i": ci, "corr": corr, "acc": acc}
@@ -98,21 +107,25 @@ class ScaffoldCorrection(ServerControlVariate):
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         s = client.slot(self).state
         K = max(1, client.step)
-        lrs = self._lrs(client) if self.control == "option2" else {}
+        names = list(self.c)
         out, state, down = self.Up(self, {}), self.State(self, client.state), self.Down(self, client.received)
-        for n in self.c:
-            if self.control == "mean_grad":
-                new = s["acc"][n] / K
-            elif self.control in ("last_grad", "option1"):
-                new = s["acc"][n]
-            else:
+        if self.control == "mean_grad":
+            news = torch._foreach_div([s["acc"][n] for n in names], K)
+        elif self.control in ("last_grad", "option1"):
+            news = [s["acc"][n].detach().clone() for n in names]  # the gradient buffer serves the next client too
+        else:
+            lrs = self._lrs(client)
+            news = []
+            for n in names:
                 lr = lrs[id(client.params[n])]
                 if lr == 0:
                     raise self.error("control", "option2 divides by the local lr, which is 0 this round",
                                       "use control=mean_grad or a schedule that does not reach 0")
                 x, y = client.global_params[n], client.local[n].detach()
                 c = down.cv[n].to(y.dtype)
-                new = s["c_i"][n] - c + (x - y) / (K * lr)
-            out.delta[n] = Msg(new - s["c_i"][n], 1.0)
-            state.c_i[n] = new.detach().clone()
+                news.append(s["c_i"][n] - c + (x - y) / (K * lr))
+        deltas = torch._foreach_sub(news, [s["c_i"][n] for n in names])  # Δc_i = c_i⁺ − c_i
+        for n, new, d in zip(names, news, deltas):
+            out.delta[n] = Msg(d, 1.0)
+            state.c_i[n] = new
         return out.container

@@ -46,13 +46,53 @@ def test_an_optimizer_reset_in_place_steps_as_a_fresh_one_bit_for_bit():
     with torch.no_grad():
         for p, t in zip(used, init):
             p.copy_(t)
+    tensors = [id(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v)]
     same = reset_in_place(opt, _muon(used))
     assert same is opt and [id(g) for g in opt.param_groups] == groups and id(opt.state) == state
-    assert not opt.state and not opt.corrections  # the first client's state and correction are gone
+    assert not opt.corrections  # the first client's correction is gone; its state zeroed in the same tensors
+    assert [id(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v)] == tensors
+    assert all(not torch.is_tensor(v) and v == 0 or torch.is_tensor(v) and not v.any()
+               for st in opt.state.values() for v in st.values())
     fresh_params = [torch.nn.Parameter(t.clone()) for t in init]
     fresh = _muon(fresh_params)
     _steps(opt, used, grads)
     _steps(fresh, fresh_params, grads)
+    for a, b in zip(used, fresh_params):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=True),
+    lambda ps: torch.optim.Adam(ps, lr=1e-2, amsgrad=True, foreach=False),
+    lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9, dampening=0.1),
+    lambda ps: __import__("fl_lightning.optim", fromlist=["Sophia"]).Sophia(ps, lr=1e-2, rho=0.1),
+    lambda ps: __import__("fl_lightning.optim", fromlist=["Lion"]).Lion(ps, lr=1e-2),
+    lambda ps: __import__("fl_lightning.optim", fromlist=["SOAP"]).SOAP(ps, lr=1e-2),
+], ids=["adamw", "adam_amsgrad", "sgd_dampening", "sophia", "lion", "soap"])
+def test_every_optimizer_reset_in_place_steps_as_a_fresh_one_bit_for_bit(make):
+    """Zeroed in place where a zero state is the fresh one (Adam(W), Sophia, Lion), emptied where it is not (SGD's
+    first step copies the gradient, SOAP's initialises its bases): either way the next client's steps equal a fresh
+    optimizer's bit for bit."""
+    torch.manual_seed(0)
+    init = [torch.randn(6, 4), torch.randn(4)]
+    grads = [[torch.randn(6, 4), torch.randn(4)] for _ in range(3)]
+    used = [torch.nn.Parameter(t.clone()) for t in init]
+    opt = make(used)
+    for gs in grads:
+        for p, g in zip(used, gs):
+            p.grad = g.clone()
+        opt.step()
+    with torch.no_grad():
+        for p, t in zip(used, init):
+            p.copy_(t)
+    reset_in_place(opt, make(used))
+    fresh_params = [torch.nn.Parameter(t.clone()) for t in init]
+    fresh = make(fresh_params)
+    for o, ps in ((opt, used), (fresh, fresh_params)):
+        for gs in grads:
+            for p, g in zip(ps, gs):
+                p.grad = g.clone()
+            o.step()
     for a, b in zip(used, fresh_params):
         assert torch.equal(a, b)
 
