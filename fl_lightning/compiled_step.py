@@ -77,7 +77,28 @@ class CompiledStep:
                 if key.endswith("lr") and isinstance(v, (int, float)) and not isinstance(v, bool) and g["params"]:
                     g[key] = torch.tensor(float(v), dtype=torch.float64, device=g["params"][0].device)
 
+    @staticmethod
+    def steps_as_tensors(optimizer) -> None:
+        """Each Python-number ``step`` counter of the optimizer's state as a 0-d float32 tensor on its parameter's
+        device, for the optimizers whose adapter allows it (``device_steps``: Muon's AdamW group, Sophia; not SOAP,
+        whose refresh every f steps is a branch on the count): counted and read on the device, so the compiled step
+        guards on no count
+        (a number is a constant of the graph: a recompile at its first change, and the bias corrections of Muon's
+        AdamW at every value). The optimizers take either (``muon_math.adamw_update_foreach``)."""
+        from .optim.adapters import adapter_for
+
+        if optimizer is None or not adapter_for(optimizer).device_steps:
+            return
+        import torch
+
+        for p, st in optimizer.state.items():
+            v = st.get("step")
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                st["step"] = torch.tensor(float(v), dtype=torch.float32, device=p.device)
+
     def __call__(self, client, batch, k):
+        if k == 0:  # a client's first step: its state was just reset or imported
+            self.steps_as_tensors(client.optimizer)
         if self.lr_tensors:
             self._lr_tensors(client.optimizer)
         self._active = True

@@ -167,7 +167,9 @@ class FederatedLoop:
 
     def local_step(self, client: ClientContext, batch: dict, k: int) -> Tensor:
         """One local step: forward, backward, the parts' ``after_backward``, clipping (``method.grad_clip``), the
-        optimizer's step and the parts' ``after_step``. Returns the step's loss (detached, on the device)."""
+        optimizer's step and the parts' ``after_step``. Returns the step's loss (detached, on the device). The caller
+        counts the step (``client.step``) after it: a Python number changing inside a compiled step is a guard that
+        fails (``trainer.compile`` would compile the step again); hooks that run inside see the steps done before."""
         with self.fabric.autocast():
             loss = self.module.training_step(batch, k)
         self.fabric.backward(loss)
@@ -177,7 +179,6 @@ class FederatedLoop:
         if clip:
             torch.nn.utils.clip_grad_norm_(list(self.params.values()), float(clip))
         client.optimizer.step()
-        client.step += 1
         self.strategy.after_step(client)
         for p in self.params.values():  # zero_grad(set_to_none=True), written out: torch.compile skips Optimizer.zero_grad
             p.grad = None
@@ -189,6 +190,7 @@ class FederatedLoop:
         loss_sum = torch.zeros((), device=self.device)
         for k, batch in enumerate(self.data.client_batches(cid, r, self.device, c.local_steps, c.local_epochs)):
             loss = self.client_step(client, self.services.cast_floats(batch), k)
+            client.step += 1
             if k == 0:
                 first_loss = loss  # at the model the client received (read only if the loss diverges)
             loss_sum += loss.float()

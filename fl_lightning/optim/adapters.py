@@ -61,6 +61,8 @@ class StateAdapter:
     # whether a state of zeros (numbers 0) is what the optimizer would create afresh: then a client's state is reset
     # in place (one multi-tensor zero over the run's tensors, ``optim.state.reset_in_place``) instead of rebuilt
     zero_is_fresh = False
+    # whether the ``step`` counters may be 0-d device tensors instead of Python numbers (a compiled step's)
+    device_steps = False
 
     def __init__(self, opt: torch.optim.Optimizer):
         self.opt = opt

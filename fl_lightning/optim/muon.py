@@ -205,6 +205,7 @@ class MuonAdapter(StateAdapter):
 
     supports_correction = True
     zero_is_fresh = True  # momenta created as zeros; AdamW's step 0 and zero moments
+    device_steps = True  # muon_math.adamw_update_foreach takes 0-d tensor counts
 
     def param_kind(self, p: Tensor) -> str:
         return self.opt.param_kind(p)

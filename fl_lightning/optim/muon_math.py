@@ -238,8 +238,12 @@ def adamw_update_foreach(params: list[Tensor], grads: list[Tensor], states: list
     """torch.optim.AdamW's step (decoupled weight decay, bias correction) on many tensors in place, with multi-tensor
     ops (``torch._foreach_*``: one launch per op for the group on a GPU instead of one per tensor); equal bits to
     torch's one-tensor loop. ``states[i]`` holds ``step``, ``exp_avg``, ``exp_avg_sq`` (created at the first step);
-    tensors are taken in runs of one step count (all of a group, in practice)."""
+    tensors are taken in runs of one step count (all of a group, in practice). Step counters that are 0-d tensors
+    (a compiled step's: ``compiled_step.steps_as_tensors``) are counted and read on the device, as torch's
+    ``capturable`` AdamW does: one graph for every step, no guard on the count."""
     beta1, beta2 = betas
+    if states and isinstance(states[0].get("step"), Tensor):
+        return _adamw_tensor_steps(params, grads, states, lr, betas, eps, weight_decay)
     for st, p in zip(states, params):
         if "step" not in st:
             st["step"] = 0
@@ -264,3 +268,28 @@ def adamw_update_foreach(params: list[Tensor], grads: list[Tensor], states: list
             torch._foreach_add_(ps, torch._foreach_mul(torch._foreach_div(ms, denom), a))
         else:
             torch._foreach_addcdiv_(ps, ms, denom, value=a)
+
+
+def _adamw_tensor_steps(params, grads, states, lr, betas, eps, weight_decay) -> None:
+    """:func:`adamw_update_foreach` with 0-d tensor step counters: the bias corrections 1 − βᵗ computed on the
+    device (torch's capturable AdamW arithmetic)."""
+    beta1, beta2 = betas
+    steps = [st["step"] for st in states]
+    ms, vs = [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states]
+    torch._foreach_add_(steps, 1)
+    torch._foreach_mul_(params, 1 - lr * weight_decay)
+    torch._foreach_lerp_(ms, grads, 1 - beta1)
+    torch._foreach_mul_(vs, beta2)
+    torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
+    bc1 = torch._foreach_pow(beta1, steps)
+    torch._foreach_sub_(bc1, 1)  # βᵗ − 1 = −(1 − βᵗ)
+    bc2 = torch._foreach_pow(beta2, steps)
+    torch._foreach_sub_(bc2, 1)
+    torch._foreach_neg_(bc2)
+    torch._foreach_sqrt_(bc2)  # sqrt(1 − β2ᵗ)
+    torch._foreach_div_(bc1, lr)  # −(1 − β1ᵗ)/lr = 1 / step size (negative: the step descends)
+    denom = torch._foreach_sqrt(vs)
+    torch._foreach_div_(denom, bc2)
+    torch._foreach_add_(denom, eps)
+    torch._foreach_mul_(denom, bc1)
+    torch._foreach_addcdiv_(params, ms, denom)

@@ -114,6 +114,7 @@ class SophiaAdapter(StateAdapter):
     """Sophia's state for federated parts: ``step`` (int), ``exp_avg`` (m), ``hessian`` (h); Θ = {h}."""
 
     zero_is_fresh = True
+    device_steps = True  # the count enters no arithmetic
 
     def param_kind(self, p: Tensor) -> str:
         return "sophia"

@@ -29,7 +29,8 @@ _ZEROED: "weakref.WeakKeyDictionary[torch.optim.Optimizer, bool]" = weakref.Weak
 
 def fresh_entry(opt: torch.optim.Optimizer, p: Tensor, key: str) -> bool:
     """Whether ``opt``'s entry ``key`` of ``p`` is what a fresh optimizer holds at a client's start: absent, or
-    zeroed by :func:`reset_in_place` with no state imported since (ask before the client's first step)."""
+    zeroed by :func:`reset_in_place` (or made by :func:`allocate`) with no state imported since (ask before the
+    client's first step)."""
     return key not in opt.state.get(p, {}) or _ZEROED.get(opt, False)
 
 
@@ -135,3 +136,20 @@ def reset_in_place(opt: torch.optim.Optimizer, fresh: torch.optim.Optimizer) -> 
         if k not in ("param_groups", "state", "defaults") and not k.startswith("_"):
             setattr(opt, k, v)
     return opt
+
+
+def allocate(opt: torch.optim.Optimizer) -> None:
+    """Give every parameter of ``opt`` its fresh state now (the adapter's ``init_state``), where a state of zeros is
+    the fresh one (``zero_is_fresh``), instead of at its first step: the state's tensors exist, and are the same
+    objects, from the first step of a run on (a compiled step finds no empty state to guard on; a run's memory is
+    allocated up front). Other optimizers are left to create theirs."""
+    from .adapters import adapter_for
+
+    adapter = adapter_for(opt)
+    if not adapter.zero_is_fresh:
+        return
+    for group in opt.param_groups:
+        for p in group["params"]:
+            if not opt.state.get(p):
+                opt.state[p].update(adapter.init_state(p))
+    _ZEROED[opt] = True

@@ -20,7 +20,7 @@ import torch
 
 from ...config import blame
 from ...errors import ConfigError
-from ...optim.state import export_optimizer_state, import_optimizer_state, reset_in_place
+from ...optim.state import allocate, export_optimizer_state, import_optimizer_state, reset_in_place
 from ..base import ClientContext, Part
 from ..records import Field, Record
 
@@ -57,6 +57,7 @@ class LocalOptimizer(Part):
                     g[k] = g[k] * client.lr_factor
         if self._optimizer is not None and self._same_params(opt):
             return reset_in_place(self._optimizer, opt)
+        allocate(opt)  # the run's optimizer state, allocated once (zeroed in place for each later client)
         self._optimizer = opt
         return opt
 

@@ -140,3 +140,27 @@ def test_auto_batching_is_per_shape_on_the_cpu():
 def test_bad_batching_is_refused():
     with pytest.raises(ValueError, match="ns_batching must be one of"):
         Muon([torch.nn.Parameter(torch.zeros(3, 3))], ns_batching="all")
+
+
+@pytest.mark.parametrize("tensor_lr", [False, True])
+def test_adamw_with_device_step_counters_equals_torch_adamw(tensor_lr):
+    """Muon's AdamW group with 0-d tensor step counters (a compiled step's: the bias corrections computed on the
+    device) against torch.optim.AdamW, 5 steps: equal up to float rounding."""
+    from fl_lightning.optim.muon_math import adamw_update_foreach
+
+    init = _params([(5, 3), (7,)])
+    ref = [torch.nn.Parameter(p.detach().clone()) for p in init]
+    ours = [p.detach().clone() for p in init]
+    opt = torch.optim.AdamW(ref, lr=1e-2, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1, foreach=False)
+    states = [{"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+              for p in ours]
+    lr = torch.tensor(1e-2, dtype=torch.float64) if tensor_lr else 1e-2
+    for t in range(5):
+        grads = _grads(ours, t)
+        for p, g in zip(ref, grads):
+            p.grad = g.clone()
+        opt.step()
+        adamw_update_foreach(ours, grads, states, lr, (0.9, 0.99), 1e-8, 0.1)
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b.detach(), rtol=1e-6, atol=1e-7)
+    assert all(float(st["step"]) == 5 for st in states)
