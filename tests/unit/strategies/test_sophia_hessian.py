@@ -23,6 +23,8 @@ class HessianSpy(Part):
     def after_backward(self, client):
         p = next(iter(client.params.values()))
         h = client.optimizer.state[p].get("hessian") if p in client.optimizer.state else None
+        if h is not None and not h.any():  # the state allocated up front, zeroed: no estimate has arrived yet
+            h = None
         if h is not None and (self.last is None or not torch.equal(h, self.last)):
             self.seen.append((client.round, client.step, h.clone()))
         self.last = None if h is None else h.clone()
