@@ -20,6 +20,7 @@ peak; the optimizer's arithmetic is not counted).
     python tools/bench_gpu.py                        # every workload, fp32 and bf16-mixed, on the GPU
     python tools/bench_gpu.py --compile none step graphs --processes-per-device 1 4 --only w2
     python tools/bench_gpu.py --only default --accelerator cpu    # the same runs on the CPU
+    python tools/bench_gpu.py --only vit --tree /tmp/before --no-bare  # an earlier commit's train.py, same machine
 """
 from __future__ import annotations
 
@@ -81,13 +82,13 @@ class PeakMemory(threading.Thread):
         return None if self.base is None else self.peak - self.base
 
 
-def timed(args: list[str], run_dir: str, gpu: bool) -> dict:
+def timed(args: list[str], run_dir: str, gpu: bool, tree: str = ROOT) -> dict:
     mem = PeakMemory() if gpu else None
     if mem:
         mem.start()
     t = time.perf_counter()
     p = subprocess.run([sys.executable, "train.py", *args, "trainer.progress=false", f"hydra.run.dir={run_dir}"],
-                       cwd=ROOT, capture_output=True, text=True)
+                       cwd=tree, capture_output=True, text=True)
     wall = time.perf_counter() - t
     peak = mem.stop() if mem else None
     if p.returncode != 0:  # the whole stderr beside the run; in the row, the error's own lines, not Dynamo's advice
@@ -122,6 +123,8 @@ def main() -> None:
     ap.add_argument("--no-bare", action="store_true", help="skip the bare reference")
     ap.add_argument("--set", nargs="*", default=[], help="overrides added to every run (e.g. fl.rounds=1)")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "fl_bench_gpu"))
+    ap.add_argument("--tree", default=ROOT, help="the source tree whose train.py runs (e.g. an earlier commit's, "
+                    "`git archive REV | tar -x -C DIR`): before/after on one machine")
     a = ap.parse_args()
     data = os.path.join(a.work, "data")
     write_fake_cifar10(data)
@@ -133,19 +136,20 @@ def main() -> None:
             ref = {} if a.no_bare else bare(name, data, prec, "cuda" if gpu else "cpu", list(a.set))
             if ref:
                 print(json.dumps({"workload": name, "precision": prec, "bare": ref}), flush=True)
+            tag = "" if os.path.abspath(a.tree) == ROOT else "-" + os.path.basename(os.path.abspath(a.tree))
             for comp in a.compile:
                 for ppd in a.processes_per_device:
-                    run_dir = os.path.join(a.work, f"{name}-{prec}-{comp}-{ppd}")
+                    run_dir = os.path.join(a.work, f"{name}-{prec}-{comp}-{ppd}{tag}")
                     r = timed([*args, f"trainer.accelerator={a.accelerator}", f"trainer.precision={prec}",
                                f"trainer.compile={comp}", f"trainer.processes_per_device={ppd}", "overwrite=true"],
-                              run_dir, gpu)
+                              run_dir, gpu, a.tree)
                     if "train_s" in r and "bare_loop_s" in ref:  # rounds only: the bare loop evaluates nothing
                         r["ratio"] = round(r["train_s"] / ref["bare_loop_s"], 3)
                         r["ms_per_step"] = round(1e3 * r["train_s"] / ref["steps"], 3)
                         if ref.get("peak_tflops"):
                             flops = ref["gflop_per_step"] * 1e9 * ref["steps"]
                             r["roofline"] = round(flops / r["train_s"] / (ref["peak_tflops"] * 1e12), 5)
-                    print(json.dumps({"workload": name, "precision": prec, "accelerator": a.accelerator,
+                    print(json.dumps({"workload": name, "tree": a.tree, "precision": prec, "accelerator": a.accelerator,
                                       "compile": comp, "processes_per_device": ppd, **r}), flush=True)
 
 

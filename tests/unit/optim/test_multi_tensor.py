@@ -164,3 +164,24 @@ def test_adamw_with_device_step_counters_equals_torch_adamw(tensor_lr):
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b.detach(), rtol=1e-6, atol=1e-7)
     assert all(float(st["step"]) == 5 for st in states)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_on_cuda_auto_pads_into_one_batch_and_equals_the_per_shape_batches():
+    """On CUDA ``auto`` is the one zero-padded batch (fp32 and bf16), equal to the per-shape batches up to rounding;
+    Muon's steps there, both ways, agree after 3 steps."""
+    ds = [d.float().cuda() for d in _matrices(3)]
+    for dtype, tol in ((None, 1e-5), (torch.bfloat16, 2e-2)):
+        for a, b in zip(orthogonalize_batched(ds, "auto", dtype=dtype), orthogonalize_batched(ds, "shape", dtype=dtype)):
+            assert a.device.type == "cuda" and ((a - b).norm() / b.norm()).item() <= tol
+    params = [torch.nn.Parameter(d.clone()) for d in ds]
+    twins = [torch.nn.Parameter(d.clone()) for d in ds]
+    opts = [Muon(ps, lr=0.02, ns_batching=b) for ps, b in ((params, "auto"), (twins, "shape"))]
+    for t in range(3):
+        for p, q, g in zip(params, twins, _grads([d.cpu() for d in ds], t)):
+            p.grad, q.grad = g.cuda(), g.cuda()
+        for o in opts:
+            o.step()
+    for a, b in zip(params, twins):
+        assert ((a - b).norm() / b.norm()).item() <= 1e-4
