@@ -169,12 +169,18 @@ def test_adamw_with_device_step_counters_equals_torch_adamw(tensor_lr):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_cuda_auto_pads_into_one_batch_and_equals_the_per_shape_batches():
-    """On CUDA ``auto`` is the one zero-padded batch (fp32 and bf16), equal to the per-shape batches up to rounding;
-    Muon's steps there, both ways, agree after 3 steps."""
+    """On CUDA ``auto`` is the one zero-padded batch, equal to the per-shape batches up to rounding in fp32; in bf16
+    (where two orders of the sums differ by a few percent: 2.6 % seen on an H200) as close to the float64 result as
+    the per-shape batches are. Muon's fp32 steps there, both ways, agree after 3 steps."""
     ds = [d.float().cuda() for d in _matrices(3)]
-    for dtype, tol in ((None, 1e-5), (torch.bfloat16, 2e-2)):
-        for a, b in zip(orthogonalize_batched(ds, "auto", dtype=dtype), orthogonalize_batched(ds, "shape", dtype=dtype)):
-            assert a.device.type == "cuda" and ((a - b).norm() / b.norm()).item() <= tol
+    exact = orthogonalize_batched([d.double() for d in ds], "shape")
+    for a, b in zip(orthogonalize_batched(ds, "auto"), orthogonalize_batched(ds, "shape")):
+        assert a.device.type == "cuda" and ((a - b).norm() / b.norm()).item() <= 1e-5
+    pad = orthogonalize_batched(ds, "auto", dtype=torch.bfloat16)
+    shape = orthogonalize_batched(ds, "shape", dtype=torch.bfloat16)
+    for a, b, x in zip(pad, shape, exact):
+        err_pad, err_shape = ((a.double() - x).norm() / x.norm()).item(), ((b.double() - x).norm() / x.norm()).item()
+        assert err_pad <= max(2 * err_shape, 2e-2), (err_pad, err_shape)
     params = [torch.nn.Parameter(d.clone()) for d in ds]
     twins = [torch.nn.Parameter(d.clone()) for d in ds]
     opts = [Muon(ps, lr=0.02, ns_batching=b) for ps, b in ((params, "auto"), (twins, "shape"))]
