@@ -312,9 +312,10 @@ def step_compiler(cfg: DictConfig, device: torch.device):
     if mode == "graphs" and device.type != "cuda":
         raise ConfigError("trainer.compile", f"graphs replays the step as CUDA graphs, and this run is on {device.type}",
                           "use trainer.compile=step (or none) here, or run on a CUDA GPU")
-    if mode == "graphs" and backend != "inductor":
-        raise ConfigError("trainer.compile_backend", f"trainer.compile=graphs needs inductor, not {backend!r}",
-                          "set trainer.compile_backend=inductor")
+    if mode == "graphs":  # the eager step captured as a CUDA graph: no compiler (trainer.compile_backend unused)
+        from .graphed_step import GraphedStep
+
+        return functools.partial(GraphedStep, method=str(OmegaConf.select(cfg, "method.name") or ""))
     lr_varies = cfg.fl.lr_schedule != "constant" or int(cfg.fl.warmup_rounds) > 0
     return functools.partial(CompiledStep, mode=mode, backend=backend, lr_tensors=lr_varies)
 

@@ -13,9 +13,9 @@ recompile per run each, not one per client or step. Under an lr schedule the gro
 tensors, and a part's own scheduled factor is a tensor it makes outside the step (GlobalAlignment's η_r·α, used
 under ``torch.compiler.is_compiling()``; the eager arithmetic is unchanged).
 
-``step``: the backend's code (``trainer.compile_backend``, inductor by default). ``graphs``: the same replayed as CUDA
-graphs (inductor's ``reduce-overhead``: static input buffers, graph-safe RNG for dropout); CUDA only. Compiled and
-eager runs agree up to float summation order (tests/system/test_compile.py), not bit for bit.
+``step``: the backend's code (``trainer.compile_backend``, inductor by default); compiled and eager runs agree up to
+float summation order (tests/system/test_compile.py), not bit for bit. ``graphs`` is the eager step captured as a
+CUDA graph, with no compiler: :mod:`fl_lightning.graphed_step`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Callable
 
 log = logging.getLogger("fl_lightning")
 
-MODES = ("none", "step", "graphs")
+MODES = ("none", "step", "graphs")  # graphs: fl_lightning/graphed_step.py
 _CURRENT: "CompiledStep | None" = None  # the compiled step whose calls count the compilations Dynamo starts
 
 
@@ -35,7 +35,7 @@ def _on_compile(args) -> None:
 
 
 class CompiledStep:
-    """``step_fn(client, batch, k) -> loss`` compiled (``mode``: step | graphs); :meth:`counts` says how many graphs were
+    """``step_fn(client, batch, k) -> loss`` compiled (``mode``: step); :meth:`counts` says how many graphs were
     compiled and how many of them were recompiles (a guard of an earlier graph failed), :meth:`log_counts` logs it
     once."""
 
@@ -43,8 +43,8 @@ class CompiledStep:
         import torch
         import torch._dynamo.callback as callback
 
-        if mode not in MODES[1:]:
-            raise ValueError(f"compile mode {mode!r}: expected one of {MODES[1:]}")
+        if mode != "step":
+            raise ValueError(f"compile mode {mode!r}: CompiledStep compiles mode 'step' (graphs: GraphedStep)")
         self.mode, self.backend, self.lr_tensors = mode, backend, lr_tensors
         self._ids: set[str] = set()
         self._active = False
@@ -52,8 +52,7 @@ class CompiledStep:
         # loop in the same process (a test, a notebook) would find the first one's entries, fail their guards and,
         # past torch's recompile limit, fall back to eager without a word. A run starts from empty caches.
         torch._dynamo.reset()
-        kwargs = {"mode": "reduce-overhead"} if mode == "graphs" else {}
-        self._fn = torch.compile(step_fn, backend=backend, **kwargs)
+        self._fn = torch.compile(step_fn, backend=backend)
         self._dynamo = torch._dynamo
         global _CURRENT
         _CURRENT = self  # one callback per process, counting for the newest compiled step (reset() drops callbacks)

@@ -415,7 +415,7 @@ class FederatedLoop:
         return summary
 
     def summary(self, **extra) -> dict:
-        if isinstance(self.client_step, CompiledStep):  # trainer.compile: graphs compiled and recompiles, logged once
+        if hasattr(self.client_step, "log_counts"):  # trainer.compile: what was compiled or captured, logged once
             extra["compile"] = self.client_step.log_counts()
         return self.recorder.summary(
             method=self.strategy.name, rounds_done=self.round, rounds=self.R, finished=self.round >= self.R,

@@ -93,7 +93,8 @@ class Trainer:
                               "(scontrol requeue; resume=auto continues it)", result=False)
     threads: IntOrAuto = key("auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)", 1, 4096, words=("auto",), result=False)
     compile: str = key("none", "the local step through torch.compile, compiled once per run for every client "
-                               "(step; graphs: replayed as CUDA graphs, CUDA only; none: eager)",
+                               "(step; graphs: the eager step captured once as a CUDA graph and replayed, no "
+                               "compiler, CUDA only; none: eager)",
                        choices=("none", "step", "graphs"), result=False)
     compile_backend: str = key("inductor", "torch.compile's backend for trainer.compile (aot_eager: no code "
                                            "generation, to debug)", choices=("inductor", "aot_eager", "eager"),

@@ -2,6 +2,8 @@
 
     python tools/opcount.py method=fedmuon model=vit_tiny            # any overrides of train.py
     python tools/opcount.py --by-op method=fedmuon model=vit_tiny    # and the ops that dominate the step
+    python tools/opcount.py --table                                  # every method on the default CNN, markdown
+    python tools/opcount.py --table model=vit_tiny method=fedmuon method=fedpac_soap   # those methods on ViT-Tiny
 
 Runs ``train.py``'s loop in this process (one round of 2 clients) under a ``TorchDispatchMode`` that counts every
 dispatched op except views and allocations, with CUDA's defaults in place of the CPU's: torch.optim's foreach, and
@@ -77,7 +79,27 @@ def per_step(overrides: list[str]) -> tuple[float, float, collections.Counter]:
     return step, (sum(c.values()) - sum(a.values())) / 2 - 2 * step, by_op
 
 
+def table(methods: list[str], extra: list[str]) -> None:
+    """A markdown table, one row per method, each counted in its own interpreter (a fresh dispatcher and caches)."""
+    import subprocess
+
+    print("| method | ops per local step | ops per client beyond its steps |\n| --- | --- | --- |", flush=True)
+    for m in methods:
+        p = subprocess.run([sys.executable, __file__, f"method={m}", *extra], capture_output=True, text=True)
+        line = p.stdout.strip().splitlines()[-1] if p.returncode == 0 and p.stdout.strip() else ""
+        if ": " in line:
+            step, client = line.split(": ", 1)[1].split(" ops per local step, ")
+            print(f"| {m} | {step} | {client.split()[0]} |", flush=True)
+        else:
+            print(f"| {m} | failed: {(p.stderr.strip().splitlines() or ['?'])[-1][:80]} | |", flush=True)
+
+
 def main(argv: list[str]) -> None:
+    if "--table" in argv:  # every method (or those named with method=...), the other overrides for all
+        names = [a.split("=", 1)[1] for a in argv if a.startswith("method=")]
+        conf = os.path.join(ROOT, "conf", "method")
+        names = names or sorted(f[:-5] for f in os.listdir(conf) if f.endswith(".yaml"))
+        return table(names, [a for a in argv if not a.startswith(("--", "method="))])
     by_op = "--by-op" in argv
     overrides = [a for a in argv if not a.startswith("--")]
     step, client, ops = per_step(overrides)

@@ -216,6 +216,9 @@ class Part:
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float] | None: ...
 
     provides_optimizer: bool = False  # True: the part that builds client.optimizer (the strategy's required slot)
+    # True: the part's per-step hooks read and write only tensors that stay the same memory for the run (its own
+    # buffers filled in place, the server's tensors), so trainer.compile=graphs may replay them (graphed_step.py)
+    graph_safe: bool = False
 
     def reads_parts(self) -> dict[str, str]:
         """The other parts whose state this one reads, ``{its argument: the part's name}`` (FedSMU-M's ``momentum_of``),

@@ -69,6 +69,10 @@ class GlobalAlignment(Part):
 
     # ------------------------------------------------------------------ server side
     scheduled = False  # η_r changes between rounds (set at setup)
+    # trainer.compile=graphs: the step reads Δ_G (the server's own tensors, updated in place) and −η_r·α from one
+    # device tensor kept for the run (filled at each client's start), never a number of the graph
+    graph_safe = True
+    _neg_step: Tensor | None = None
 
     def setup(self, server: ServerContext) -> None:
         self.server = server
@@ -135,8 +139,13 @@ class GlobalAlignment(Part):
         step = self.lr * client.lr_factor * self.alpha  # η_r·α
         slot = client.slot(self)
         down = self.Down(self, client.received)
-        slot.deltas = {n: down.DG[n] for n in self.names} if step else {}
+        cuda = client.params[self.names[0]].is_cuda
+        slot.deltas = {n: down.DG[n] for n in self.names} if step or cuda else {}
         slot.step = step
+        if cuda:  # −η_r·α for a step replayed as a CUDA graph (trainer.compile=graphs)
+            if self._neg_step is None or self._neg_step.device != client.params[self.names[0]].device:
+                self._neg_step = torch.zeros((), dtype=torch.float64, device=client.params[self.names[0]].device)
+            self._neg_step.fill_(-step)
         slot.step_t = None  # η_r·α as a tensor for a compiled step under a schedule: a float would be a constant,
         if step and self.scheduled:  # recompiled every round
             slot.step_t = torch.tensor(-step, dtype=torch.float64, device=client.params[self.names[0]].device)
@@ -151,6 +160,8 @@ class GlobalAlignment(Part):
         d = [dg.to(p.dtype) for p, dg in zip(params, deltas.values())]
         if slot.step_t is not None and torch.compiler.is_compiling():  # trainer.compile: η_r·α an input of the graph
             torch._foreach_add_(params, torch._foreach_mul(d, slot.step_t))
+        elif params[0].is_cuda and torch.cuda.is_current_stream_capturing():  # trainer.compile=graphs
+            torch._foreach_add_(params, torch._foreach_mul(d, self._neg_step))
         else:
             torch._foreach_add_(params, d, alpha=-slot.step)  # p ← p - η_r α Δ_G
 

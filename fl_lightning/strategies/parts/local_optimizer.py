@@ -43,6 +43,9 @@ class LocalOptimizer(Part):
         if state not in ("reset", "persistent"):
             raise ConfigError("state", f"unknown value {state!r}", "use reset or persistent")
         self.persistent = state == "persistent"
+        # trainer.compile=graphs replays a step over the run's one optimizer state; a persistent one is loaded anew
+        # for each client (other tensors), so it runs eagerly
+        self.graph_safe = not self.persistent
         self._optimizer: torch.optim.Optimizer | None = None  # the run's one optimizer object (reset_in_place)
 
     def build(self, client: ClientContext) -> torch.optim.Optimizer:

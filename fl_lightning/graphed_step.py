@@ -1,0 +1,160 @@
+"""``trainer.compile=graphs``: the eager local step captured once as a CUDA graph and replayed for every later step of
+every client (``torch.cuda.CUDAGraph``; no compiler, so it starts in seconds).
+
+The whole step (:meth:`fl_lightning.loop.FederatedLoop.local_step`: forward, backward, the parts' hooks, clipping,
+the optimizer step) is captured after a short warm-up of eager steps on a side stream (lazy initialisation stays out
+of the graph), at the first full batch. Replaying it needs everything it reads and writes to stay the same memory
+for the whole run, and no number of the step to change behind its back:
+
+* the batch is copied into static input buffers (one multi-tensor copy); a batch of another shape (a short last
+  batch) runs eagerly;
+* the module's parameters are the loop's one module (each client's weights are copied into them);
+* the optimizer is the run's one object with its state allocated once and zeroed in place for each client
+  (``optim.state.allocate``, ``reset_in_place``: adapters with ``zero_is_fresh``), or no state at all (SGD without
+  momentum); its step counters are device tensors (``device_steps``); its groups' numbers (learning rates, weight
+  decay) are constants of the graph, so when a client brings others (an lr schedule's next round) the step is
+  captured again (one capture a round, the cost of about one step);
+* every part with per-step work declares itself safe (``Part.graph_safe``): it reads only such static tensors.
+  The parts of FedAvg and of seed 004's FedMuon do.
+
+Dropout draws from the default CUDA generator, which the capture registers (each replay advances its offset). Where a
+method's step cannot be replayed (a part not declared safe, per-client optimizer state, a failed capture), one line
+names the method and the reason, and the run goes on eagerly. Off CUDA, ``trainer.compile=graphs`` is refused when
+the run is built. Graph and eager steps agree up to float order (tests/unit/loop/test_graphed_step.py, on a GPU).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable
+
+import torch
+
+log = logging.getLogger("fl_lightning")
+
+WARMUP = 3  # eager steps before the capture (cuBLAS handles, autograd's streams and other lazy set-up)
+
+
+def _hooked(part) -> bool:
+    """Whether a part does work inside the local step (``after_backward`` / ``after_step``)."""
+    from .strategies.base import Part
+
+    return any(getattr(type(part), h) is not getattr(Part, h) for h in ("after_backward", "after_step"))
+
+
+def unsupported(strategy, optimizer) -> str | None:
+    """Why this method's local step cannot be replayed as a CUDA graph, or None."""
+    from .optim.adapters import adapter_for
+
+    for part in strategy.parts:
+        if not getattr(part, "graph_safe", False) and (_hooked(part) or getattr(part, "provides_optimizer", False)):
+            return f"part {part.name!r} ({type(part).__name__}) is not declared graph-safe"
+    if optimizer is None:
+        return "no local optimizer"
+    adapter = adapter_for(optimizer)
+    stateless = not any(adapter.entries(p) for g in optimizer.param_groups for p in g["params"])
+    if not (stateless or (adapter.zero_is_fresh and (adapter.device_steps or not _has_counts(optimizer)))):
+        return f"{type(optimizer).__name__} rebuilds its state for each client"
+    if getattr(optimizer, "corrections", None):
+        return f"{type(optimizer).__name__} holds per-client corrections"
+    return None
+
+
+def _has_counts(optimizer) -> bool:
+    return any("step" in st for st in optimizer.state.values())
+
+
+class GraphedStep:
+    """``step_fn(client, batch, k) -> loss`` replayed as one CUDA graph (see the module docstring); :meth:`counts`
+    says how many steps were replayed, captured and run eagerly."""
+
+    def __init__(self, step_fn: Callable, method: str = "", strategy=None):
+        self.step_fn, self.method = step_fn, method
+        self.strategy = strategy if strategy is not None else getattr(getattr(step_fn, "__self__", None), "strategy", None)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.static: dict[str, torch.Tensor] | None = None
+        self.loss: torch.Tensor | None = None
+        self.reason: str | None = None  # set once the step is known not to replay: the run stays eager
+        self.warm = 0
+        self.numbers: list | None = None  # the optimizer groups' numbers the graph was captured with
+        self._n = {"graphs_captured": 0, "replays": 0, "eager_steps": 0}
+
+    @staticmethod
+    def _numbers(optimizer) -> list:
+        return [sorted((k, v) for k, v in g.items() if isinstance(v, (bool, int, float, str, tuple)))
+                for g in optimizer.param_groups]
+
+    def _same_shapes(self, batch: dict) -> bool:
+        return self.static is not None and batch.keys() == self.static.keys() and all(
+            v.shape == self.static[k].shape and v.dtype == self.static[k].dtype for k, v in batch.items())
+
+    # ------------------------------------------------------------------ the step
+    def __call__(self, client, batch, k):
+        if self.reason is None and k == 0 and self.graph is None:
+            self.reason = unsupported(self.strategy, client.optimizer)
+            if self.reason:
+                log.warning("trainer.compile=graphs: %s's local step runs eagerly: %s", self.method or "the method",
+                            self.reason)
+        if self.reason:
+            self._n["eager_steps"] += 1
+            return self.step_fn(client, batch, k)
+        if k == 0:  # a client's start: its counters on the device; other hyperparameters, another capture
+            from .compiled_step import CompiledStep
+
+            CompiledStep.steps_as_tensors(client.optimizer)
+            if self.graph is not None and self._numbers(client.optimizer) != self.numbers:
+                self.graph = self.static = self.loss = None  # captured again at this step (warm already)
+        if self.graph is not None and self._same_shapes(batch):
+            torch._foreach_copy_([self.static[key] for key in batch], list(batch.values()))
+            self.graph.replay()
+            client.batch, client.loss = self.static, self.loss
+            self._n["replays"] += 1
+            return self.loss
+        if self.graph is None and self.warm >= WARMUP:
+            loss = self._capture(client, batch, k)
+            if loss is not None:
+                return loss
+        return self._eager(client, batch, k)
+
+    def _eager(self, client, batch, k):
+        self._n["eager_steps"] += 1
+        if self.graph is not None:
+            return self.step_fn(client, batch, k)
+        side = torch.cuda.Stream()  # warm-up on a side stream, as torch's CUDA-graph recipe does
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            loss = self.step_fn(client, batch, k)
+        torch.cuda.current_stream().wait_stream(side)
+        self.warm += 1
+        return loss
+
+    def _capture(self, client, batch, k):
+        """Capture the step on static copies of ``batch`` and replay it once (the capture itself runs nothing)."""
+        self.static = {key: v.clone() for key, v in batch.items()}
+        graph = torch.cuda.CUDAGraph()
+        self.numbers = self._numbers(client.optimizer)
+        try:  # thread_local: a checkpoint written from another thread meanwhile does not break the capture
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                self.loss = self.step_fn(client, self.static, k)
+        except Exception as err:  # noqa: BLE001 - any failure leaves the run eager, said once
+            self.reason = f"its capture failed ({type(err).__name__}: {' '.join(str(err).split())[:160]})"
+            log.warning("trainer.compile=graphs: %s's local step runs eagerly: %s", self.method or "the method",
+                        self.reason)
+            self.static = self.loss = None
+            for p in getattr(self.step_fn.__self__, "params", {}).values():
+                p.grad = None
+            return None
+        self.graph = graph
+        self._n["graphs_captured"] += 1
+        graph.replay()
+        self._n["replays"] += 1
+        client.batch, client.loss = self.static, self.loss
+        return self.loss
+
+    def counts(self) -> dict:
+        return {**self._n, "eager_reason": self.reason}
+
+    def log_counts(self) -> dict:
+        c = self.counts()
+        log.info("trainer.compile=graphs: %d graph captured, %d steps replayed, %d eager%s", c["graphs_captured"],
+                 c["replays"], c["eager_steps"], f" ({self.reason})" if self.reason else "")
+        return c

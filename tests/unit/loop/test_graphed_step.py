@@ -1,0 +1,75 @@
+"""``trainer.compile=graphs`` (fl_lightning/graphed_step.py): which methods' steps replay as a CUDA graph, and why
+the others run eagerly (CPU); on a GPU, graph replays against eager steps, with and without an lr schedule."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fl_lightning.graphed_step import unsupported
+from tests.helpers.cli import build_loop
+
+BASE = ["fl.num_clients=6", "fl.clients_per_round=3", "fl.rounds=2", "fl.local_steps=6", "trainer.progress=false",
+        "checkpoint.every=100"]
+
+
+def _reason(method: str, tmp_path, extra=()) -> str | None:
+    loop = build_loop([f"method={method}", *BASE, "trainer.accelerator=cpu", *extra], tmp_path)
+    loop.strategy.setup(loop.server_context())
+    received = {k: m.tensor for k, m in loop.strategy.broadcast(0).items()}
+    client = loop.start_client(loop.owned[0], 0, received, 1.0)
+    return unsupported(loop.strategy, client.optimizer)
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedmuon", "fedavg_server_momentum", "fedadam", "local_muon_reset"])
+def test_these_methods_steps_replay(method, tmp_path):
+    """FedAvg's stateless SGD, seed 004's FedMuon (Muon's state allocated once and zeroed in place, its alignment
+    reading the server's Δ_G), server optimizers (outside the step) and a reset Local Muon."""
+    assert _reason(method, tmp_path) is None
+
+
+@pytest.mark.parametrize("method,needle", [
+    ("scaffold", "is not declared graph-safe"),  # its correction hook
+    ("fed_sophia", "is not declared graph-safe"),  # the Hessian refresh every τ steps
+    ("fedmuon_bc", "per-client corrections"),  # C_glob − C_i set for each client
+    ("local_muon", "not declared graph-safe"),  # a persistent optimizer state, loaded anew for each client
+    ("fedpac_soap", "rebuilds its state"),  # its first step initialises its bases
+])
+def test_the_others_say_why_they_run_eagerly(method, needle, tmp_path):
+    reason = _reason(method, tmp_path)
+    assert reason is not None and needle in reason, reason
+
+
+def test_sgd_with_momentum_rebuilds_its_state(tmp_path):
+    reason = _reason("fedavg", tmp_path, ["method.momentum=0.9"])
+    assert reason is not None and "rebuilds its state" in reason, reason
+
+
+def _rel(a: dict, b: dict) -> float:
+    keep = [k for k in a if not k.endswith("qkv.bias")]  # AdamW on the key bias's zero gradient: rounding noise
+    return max(float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)) for k in keep)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("method,model,extra", [
+    ("fedavg", "cnn", []),
+    ("fedavg", "cnn", ["fl.lr_schedule=cosine", "fl.rounds=3"]),
+    ("fedmuon", "cnn", ["method.ns_dtype=null"]),
+    ("fedmuon", "vit_tiny", ["method.ns_dtype=null", "fl.lr_schedule=cosine"]),
+])
+def test_graph_replays_equal_eager_steps(method, model, extra, tmp_path, monkeypatch):
+    """The run with its steps replayed as a CUDA graph gives eager's model up to float order (TF32 off on both
+    sides); the graph is captured once per run, or once a round under a schedule, and most steps are replays."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    over = [f"method={method}", f"model={model}", *BASE, "trainer.accelerator=cuda", *extra]
+    runs = {}
+    for mode in ("none", "graphs"):
+        loop = build_loop(over + [f"trainer.compile={mode}"], tmp_path / mode)
+        summary = loop.run(progress_enabled=False)
+        runs[mode] = ({k: v.detach().cpu() for k, v in loop.global_params.items()}, summary)
+    counts = runs["graphs"][1]["compile"]
+    assert counts["eager_reason"] is None, counts
+    rounds = runs["graphs"][1]["rounds_done"]
+    assert 1 <= counts["graphs_captured"] <= rounds and counts["replays"] > counts["eager_steps"], counts
+    assert _rel(runs["none"][0], runs["graphs"][0]) <= 1e-4
