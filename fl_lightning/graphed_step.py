@@ -9,13 +9,18 @@ for the whole run, and no number of the step to change behind its back:
 * the batch is copied into static input buffers (one multi-tensor copy); a batch of another shape (a short last
   batch) runs eagerly;
 * the module's parameters are the loop's one module (each client's weights are copied into them);
-* the optimizer is the run's one object with its state allocated once and zeroed in place for each client
+* the optimizer is the run's one object with its state (and corrections) allocated once and zeroed in place for each client
   (``optim.state.allocate``, ``reset_in_place``: adapters with ``zero_is_fresh``), or no state at all (SGD without
   momentum); its step counters are device tensors (``device_steps``); its groups' numbers (learning rates, weight
   decay) are constants of the graph, so when a client brings others (an lr schedule's next round) the step is
   captured again (one capture a round, the cost of about one step);
 * every part with per-step work declares itself safe (``Part.graph_safe``): it reads only such static tensors.
   The parts of FedAvg and of seed 004's FedMuon do.
+
+A replay reads memory by address, so a tensor that a client brings anew instead of writing into the old one would be
+read stale without a word. So at each client's start the addresses the step reads are compared with those it was
+captured with (the parameters, every tensor of the optimizer's state and corrections, and every tensor of the
+graph-safe parts' own attributes and per-client slots); any change captures the step again.
 
 Dropout draws from the default CUDA generator, which the capture registers (each replay advances its offset). Where a
 method's step cannot be replayed (a part not declared safe, per-client optimizer state, a failed capture), one line
@@ -54,13 +59,48 @@ def unsupported(strategy, optimizer) -> str | None:
     stateless = not any(adapter.entries(p) for g in optimizer.param_groups for p in g["params"])
     if not (stateless or (adapter.zero_is_fresh and (adapter.device_steps or not _has_counts(optimizer)))):
         return f"{type(optimizer).__name__} rebuilds its state for each client"
-    if getattr(optimizer, "corrections", None):
-        return f"{type(optimizer).__name__} holds per-client corrections"
     return None
 
 
 def _has_counts(optimizer) -> bool:
     return any("step" in st for st in optimizer.state.values())
+
+
+def _tensors(obj, out: list, depth: int = 0) -> list:
+    """Every tensor in ``obj`` (a tensor, or dicts, lists, tuples and objects' attributes of them, 3 levels deep)."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif depth < 3:
+        if isinstance(obj, dict):
+            for v in obj.values():
+                _tensors(v, out, depth + 1)
+        elif isinstance(obj, (list, tuple)):
+            for v in obj:
+                _tensors(v, out, depth + 1)
+        elif hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, torch.optim.Optimizer, type)):
+            _tensors({k: v for k, v in vars(obj).items() if k not in ("server",)}, out, depth + 1)
+    return out
+
+
+def addresses(client, strategy) -> list[int]:
+    """The memory a replayed step reads: parameters, optimizer state and corrections, the graph-safe hooked parts'
+    tensors (their attributes and this client's slot)."""
+    ts = list(client.params.values())
+    opt = client.optimizer
+    if opt is not None:
+        ts += _tensors(list(opt.state.values()), [])
+        ts += _tensors(list(getattr(opt, "corrections", {}).values()), [])
+    for part in strategy.parts:
+        if _hooked(part):
+            declared = part.graph_inputs(client)
+            if declared is not None:
+                ts += list(declared)
+                continue
+            ts += _tensors(vars(part), [])
+            slot = getattr(client, "_slots", {}).get(part.name)
+            if slot is not None:
+                ts += _tensors(vars(slot), [])
+    return [t.data_ptr() for t in ts]
 
 
 class GraphedStep:
@@ -76,6 +116,7 @@ class GraphedStep:
         self.reason: str | None = None  # set once the step is known not to replay: the run stays eager
         self.warm = 0
         self.numbers: list | None = None  # the optimizer groups' numbers the graph was captured with
+        self.addresses: list[int] | None = None  # and the memory it reads (``addresses``)
         self._n = {"graphs_captured": 0, "replays": 0, "eager_steps": 0}
 
     @staticmethod
@@ -101,7 +142,8 @@ class GraphedStep:
             from .compiled_step import CompiledStep
 
             CompiledStep.steps_as_tensors(client.optimizer)
-            if self.graph is not None and self._numbers(client.optimizer) != self.numbers:
+            if self.graph is not None and (self._numbers(client.optimizer) != self.numbers
+                                           or addresses(client, self.strategy) != self.addresses):
                 self.graph = self.static = self.loss = None  # captured again at this step (warm already)
         if self.graph is not None and self._same_shapes(batch):
             torch._foreach_copy_([self.static[key] for key in batch], list(batch.values()))
@@ -132,6 +174,7 @@ class GraphedStep:
         self.static = {key: v.clone() for key, v in batch.items()}
         graph = torch.cuda.CUDAGraph()
         self.numbers = self._numbers(client.optimizer)
+        self.addresses = addresses(client, self.strategy)
         try:  # thread_local: a checkpoint written from another thread meanwhile does not break the capture
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.loss = self.step_fn(client, self.static, k)

@@ -220,6 +220,11 @@ class Part:
     # buffers filled in place, the server's tensors), so trainer.compile=graphs may replay them (graphed_step.py)
     graph_safe: bool = False
 
+    def graph_inputs(self, client: ClientContext) -> list[Tensor] | None:
+        """The tensors this part's per-step hooks read, whose addresses a replayed step (trainer.compile=graphs)
+        checks at each client's start; None: every tensor of the part's attributes and of its slot."""
+        return None
+
     def reads_parts(self) -> dict[str, str]:
         """The other parts whose state this one reads, ``{its argument: the part's name}`` (FedSMU-M's ``momentum_of``),
         checked when the method is built, which then hands them over (:meth:`link`)."""

@@ -98,8 +98,10 @@ class GlobalAlignment(Part):
         if self.prev_x and self.prev_factor > 0:
             K = float(self.server.local_steps or self.prev_K or 1.0)
             denom = K * self.lr * self.prev_factor
-            for n in self.names:
-                self.DG[n] = (self.prev_x[n] - x[n]) / denom  # -(x^r - x^{r-1}) / (K η_{r-1})
+            dg = torch._foreach_div(torch._foreach_sub([self.prev_x[n] for n in self.names],
+                                                       [x[n] for n in self.names]), denom)
+            # -(x^r - x^{r-1}) / (K η_{r-1}), into the same tensors every round (a replayed step reads them)
+            torch._foreach_copy_([self.DG[n] for n in self.names], dg)
         elif self.G0 and not self.prev_x:  # round 0 with init=grad (a resumed run has prev_x and never gets here)
             for n in self.names:
                 self.DG[n].copy_(self.G0[n])
@@ -149,6 +151,10 @@ class GlobalAlignment(Part):
         slot.step_t = None  # η_r·α as a tensor for a compiled step under a schedule: a float would be a constant,
         if step and self.scheduled:  # recompiled every round
             slot.step_t = torch.tensor(-step, dtype=torch.float64, device=client.params[self.names[0]].device)
+
+    def graph_inputs(self, client: ClientContext) -> list[Tensor]:
+        """What ``after_step`` reads in a replayed step: Δ_G and −η_r·α."""
+        return [*client.slot(self).deltas.values(), *([self._neg_step] if self._neg_step is not None else [])]
 
     @torch.no_grad()
     def after_step(self, client: ClientContext) -> None:

@@ -20,17 +20,18 @@ def _reason(method: str, tmp_path, extra=()) -> str | None:
     return unsupported(loop.strategy, client.optimizer)
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedmuon", "fedavg_server_momentum", "fedadam", "local_muon_reset"])
+@pytest.mark.parametrize("method", ["fedavg", "fedmuon", "fedavg_server_momentum", "fedadam", "local_muon_reset",
+                                    "fedmuon_bc"])
 def test_these_methods_steps_replay(method, tmp_path):
     """FedAvg's stateless SGD, seed 004's FedMuon (Muon's state allocated once and zeroed in place, its alignment
-    reading the server's Δ_G), server optimizers (outside the step) and a reset Local Muon."""
+    reading the server's Δ_G), server optimizers (outside the step), a reset Local Muon, and seed 000's FedMuon, whose
+    corrections C_glob − C_i are new tensors for each client (so its step is captured again for each client)."""
     assert _reason(method, tmp_path) is None
 
 
 @pytest.mark.parametrize("method,needle", [
     ("scaffold", "is not declared graph-safe"),  # its correction hook
     ("fed_sophia", "is not declared graph-safe"),  # the Hessian refresh every τ steps
-    ("fedmuon_bc", "per-client corrections"),  # C_glob − C_i set for each client
     ("local_muon", "not declared graph-safe"),  # a persistent optimizer state, loaded anew for each client
     ("fedpac_soap", "rebuilds its state"),  # its first step initialises its bases
 ])
@@ -42,6 +43,27 @@ def test_the_others_say_why_they_run_eagerly(method, needle, tmp_path):
 def test_sgd_with_momentum_rebuilds_its_state(tmp_path):
     reason = _reason("fedavg", tmp_path, ["method.momentum=0.9"])
     assert reason is not None and "rebuilds its state" in reason, reason
+
+
+def test_the_step_is_captured_again_when_what_it_reads_moves(tmp_path):
+    """The addresses a replay reads, at a client's start: the same for FedMuon's next client (its state zeroed in
+    place, the server's Δ_G written in place); another once a part hands the step a new tensor."""
+    from fl_lightning.graphed_step import addresses
+
+    loop = build_loop(["method=fedmuon", *BASE, "trainer.accelerator=cpu"], tmp_path)
+    loop.strategy.setup(loop.server_context())
+    received = {k: m.tensor for k, m in loop.strategy.broadcast(0).items()}
+    first = loop.start_client(loop.owned[0], 0, received, 1.0)
+    for k, batch in enumerate(loop.data.client_batches(first.id, 0, loop.device, 2, None)):
+        loop.local_step(first, batch, k)
+    before = addresses(first, loop.strategy)
+    loop.strategy.client_end(first)
+    second = loop.start_client(loop.owned[1], 0, received, 1.0)
+    assert addresses(second, loop.strategy) == before
+    part = next(p for p in loop.strategy.parts if type(p).__name__ == "GlobalAlignment")
+    slot = second.slot(part)
+    slot.deltas = {n: t.clone() for n, t in slot.deltas.items()}
+    assert addresses(second, loop.strategy) != before
 
 
 def _rel(a: dict, b: dict) -> float:
