@@ -189,6 +189,7 @@ class FederatedLoop:
         client = self.start_client(cid, r, received, lr_f)
         loss_sum = torch.zeros((), device=self.device)
         for k, batch in enumerate(self.data.client_batches(cid, r, self.device, c.local_steps, c.local_epochs)):
+            self.strategy.before_step(client)  # outside the (compiled or replayed) step
             loss = self.client_step(client, self.services.cast_floats(batch), k)
             client.step += 1
             if k == 0:

@@ -28,7 +28,9 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 ALLOCATIONS = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "detach", "lift_fresh",
                "alias", "_unsafe_view", "set_",
-               "_record_function_enter_new", "_record_function_exit"}  # and the profiler's markers (no kernel)
+               "_record_function_enter_new", "_record_function_exit",  # the profiler's markers (no kernel)
+               "_local_scalar_dense"}  # a number read to the host (.item()): torch.optim's CPU step counts, the loop's
+# one read of a client's mean loss; no launch (on a GPU a read of a device tensor is a wait instead: the sync tests)
 
 
 class OpCounter(TorchDispatchMode):

