@@ -5,8 +5,8 @@ Jordan's ``MuonWithAuxAdam``. Per step, for a Muon parameter X with gradient g (
 under review: Sec. 2 and Alg. 1 lines 8-9; seed 003 = Zhang & Gao, "On Provable Benefits of Muon in Federated
 Learning", Eq. (4.1); seed 004 = Liu, Shang et al., "FedMuon: Accelerating Federated Learning with Matrix
 Orthogonalization", Eq. (2); docs/decisions.md lists the seeds; the arithmetic is the pure functions of
-``muon_math.py``, which ``step`` calls: ``muon_update`` per group of Muon params, ``muon_direction`` and
-``adamw_update_foreach`` on the aux params, ``decoupled_step``):
+``muon_math.py``, which ``step`` calls, each on all tensors of a group at once: ``muon_update`` on Muon params,
+``momentum_update_foreach`` or ``adamw_update_foreach`` on the aux params, ``decoupled_step_foreach``):
 
     M ← decay·M + gain·g                                   momentum (``momentum_style``, table below)
     D ← M            or, with nesterov, gain·g + decay·M   the direction
@@ -60,7 +60,8 @@ from ..ranges import Betas, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
 from .muon_math import (NS_BATCHING, adamw_update_foreach, decoupled_step, decoupled_step_foreach, lmo_update,
-                        momentum_coeffs, momentum_update, muon_direction, muon_update, update_scale, with_correction)
+                        momentum_coeffs, momentum_update, momentum_update_foreach, muon_update, update_scale,
+                        with_correction, with_corrections)
 from .newton_schulz import NS_COEFFS
 
 __all__ = ["Muon", "MuonAdapter", "split_muon_params", "muon_param_names", "momentum_coeffs", "momentum_update",
@@ -161,11 +162,12 @@ class Muon(torch.optim.Optimizer):
             elif group["aux"] == "adamw":  # a correction enters the gradient (SCAFFOLD style); all tensors at once
                 adamw_update_foreach(params, [with_correction(p.grad, self.corrections.get(p)) for p in params],
                                      [self.state[p] for p in params], lr, group["betas"], group["eps"], wd)
-            else:  # momentum SGD: the same direction, no LMO, the plain lr
-                for p in params:
-                    d = muon_direction(p.grad, self.momentum_buffer(p), group["momentum"],
-                                       correction=self.corrections.get(p), **_direction_args(group))
-                    decoupled_step(p, d, lr, lr, wd)
+            else:  # momentum SGD: the same direction, no LMO, the plain lr; all tensors at once (equal bits)
+                directions = with_corrections(
+                    momentum_update_foreach([p.grad for p in params], [self.momentum_buffer(p) for p in params],
+                                            _direction_args(group)["style"], group["momentum"], group["nesterov"]),
+                    [self.corrections.get(p) for p in params])
+                decoupled_step_foreach(params, [(d, 1.0) for d in directions], lr, wd)
         return loss
 
     @torch.no_grad()

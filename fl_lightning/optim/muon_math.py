@@ -1,10 +1,11 @@
 """Muon's update as pure functions (Keller Jordan's ``muon.py`` shape): the momentum line, the direction with the
-strategy's correction, the LMO with the per-matrix scale (same-shape matrices orthogonalized as one batch), the whole
-update of a list of matrices, the decoupled step, and the AdamW step of the auxiliary parameters.
+strategy's correction, the LMO with the per-matrix scale (the matrices orthogonalized in as few batches as
+``ns_batching`` allows), the whole update of a list of matrices, the decoupled step, and the AdamW step of the
+auxiliary parameters, each on many tensors with multi-tensor ops (``*_foreach``; equal bits to one tensor at a time).
 :class:`~fl_lightning.optim.muon.Muon` is a thin class over them and the only caller outside the tests: ``Muon.step``
-runs :func:`muon_update` on each group of Muon params, :func:`muon_direction` on aux momentum-SGD params and
-:func:`adamw_update_foreach` on aux AdamW params, each followed by :func:`decoupled_step` (AdamW's is inside it), and
-``Muon.apply_direction`` runs :func:`lmo_update`. Strategy parts reach this math through the optimizer
+runs :func:`muon_update` on each group of Muon params, :func:`momentum_update_foreach` on aux momentum-SGD params and
+:func:`adamw_update_foreach` on aux AdamW params, each followed by :func:`decoupled_step_foreach` (AdamW's is inside
+it), and ``Muon.apply_direction`` runs :func:`lmo_update` (one tensor, with :func:`decoupled_step`). Strategy parts reach this math through the optimizer
 (``Muon.apply_direction``, the momentum buffers); see ``muon.py``'s docstring for the equations."""
 from __future__ import annotations
 
