@@ -15,6 +15,12 @@ command runs the grid and writes its page (``docs/results/<name>.md`` and its PN
 
 Hydra calls :meth:`ReportWhenDone.on_multirun_end` in the launching process after every job has returned (any
 launcher: basic, joblib, submitit); a single run (no ``-m``) writes nothing.
+
+The page goes into the sweep's own folder (``<hydra.sweep.dir>/<name>.md``). ``out`` (the repository's published
+results) is written only when asked: ``hydra.callbacks.report.publish=true``; and a publishing sweep whose command
+line changes a key that changes results (rounds, data, model, method settings, seeds, the sweeper's grid; not
+``trainer.*``, how it runs) is refused
+before any job runs, in one line naming the key, so a shrunk sweep never overwrites a published page.
 """
 from __future__ import annotations
 
@@ -32,8 +38,9 @@ class ReportWhenDone(Callback):
     def __init__(self, out: str, name: str = "report", by: list[str] | None = None, select: str | None = None,
                  target: float | None = None, title: str | None = None, about: str | None = None,
                  plots: bool = True, round_means: list[str] | None = None, stat: str = "mean",
-                 blowup: float | None = None, metrics: list[str] | None = None) -> None:
+                 blowup: float | None = None, metrics: list[str] | None = None, publish: bool = False) -> None:
         self.out, self.name, self.by, self.select, self.target = out, name, list(by or ["method"]), select, target
+        self.publish = bool(publish)
         self.title, self.about, self.plots, self.round_means = title, about, plots, list(round_means or [])
         self.stat, self.blowup, self.metrics = stat, blowup, list(metrics or [])
 
@@ -49,11 +56,26 @@ class ReportWhenDone(Callback):
         from . import report
 
         again = f"python -m fl_lightning.report {shlex.quote(sweep_dir)} --declared   # again, from the runs on disk"
-        rows = report([sweep_dir], self.out, self.by, self.select, self.target, self.plots, self.name, self.title,
+        out = self.out if self.publish else sweep_dir
+        rows = report([sweep_dir], out, self.by, self.select, self.target, self.plots, self.name, self.title,
                       f"{self.command(config)}\n    {again}", self.about, self.round_means, stat=self.stat,
                       blowup=self.blowup, metrics=self.metrics)
-        print(f"report: {len(rows)} rows from {sum(r.n for r in rows)} runs in {self.out}/{self.name}.md")
+        where = "" if self.publish else (f" (the sweep's own folder; {self.out}/{self.name}.md is rewritten only with "
+                                         "hydra.callbacks.report.publish=true)")
+        print(f"report: {len(rows)} rows from {sum(r.n for r in rows)} runs in {out}/{self.name}.md{where}")
         return rows
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        """A publishing sweep must run the experiment as declared: refused, before any job, if it changes a result."""
+        if not self.publish:
+            return
+        changed = result_overrides(config)
+        if changed:
+            print(f"error: hydra.callbacks.report.publish: the command line changes {changed[0]}, which the "
+                  f"experiment fixes, so the page in {self.out} would hold another setting's numbers; fix: run the "
+                  "experiment as it is to publish, or leave publish out (the report then goes into the sweep's "
+                  "folder)", file=sys.stderr)
+            sys.exit(2)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from . import ReportError
@@ -63,6 +85,25 @@ class ReportWhenDone(Callback):
         except ReportError as err:
             print(f"error: {err}", file=sys.stderr)
             sys.exit(2)
+
+
+def result_overrides(config: DictConfig) -> list[str]:
+    """The command line's overrides that change what the runs compute: every task override but the experiment itself,
+    the keys that leave results alone (``schema.not_result_keys``) and how it runs (``trainer.*``: the device, its
+    precision), and any change of the sweeper's grid."""
+    from ..schema import not_result_keys
+
+    free = set(not_result_keys())
+    out = []
+    for o in config.hydra.overrides.task:
+        key = str(o).split("=", 1)[0].lstrip("+~").replace("/", ".")
+        if key != "experiment" and key not in free and not key.startswith(("hydra.", "logger", "trainer.")):
+            out.append(key)
+    for o in config.hydra.overrides.hydra:
+        key = str(o).split("=", 1)[0].lstrip("+~")
+        if key.startswith("hydra.sweeper.params"):
+            out.append(key)
+    return out
 
 
 def declared(sweep_dir: str) -> list:

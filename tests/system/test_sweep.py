@@ -24,11 +24,14 @@ def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
               "fl.rounds=2", "method.lr=0.05", "trainer.accelerator=cpu"]  # Hydra sorts them by key
     want = [",".join(sorted(common + [f"method={m}", f"seed={s}"])) for m in ("fedavg", "fedavgm") for s in (0, 1)]
     assert jobs == sorted(want), jobs  # trainer.progress and the experiment, excluded from the names, are not there
-    # the experiment's callback wrote its page when the sweep ended: the command at the top, the runs' numbers
-    page = (tmp_path / "page" / "digits_grid.md").read_text()
+    # the experiment's callback wrote its page when the sweep ended, into the sweep's own folder (not published: the
+    # declared out stays untouched): the command at the top, the runs' numbers
+    assert not (tmp_path / "page").exists()
+    assert "hydra.callbacks.report.publish=true" in p.stdout
+    page = (sweep / "digits_grid.md").read_text()
     assert page.startswith("# ") and "    python train.py -m " in page and "experiment=digits_grid" in page
     assert f"python -m fl_lightning.report {sweep} --declared" in page
-    assert (tmp_path / "page" / "digits_grid_test_acc_vs_round.png").exists()
+    assert (sweep / "digits_grid_test_acc_vs_round.png").exists()
     from fl_lightning.report import report
 
     out = tmp_path / "report"
@@ -47,13 +50,30 @@ def test_a_grid_in_config_runs_as_named_jobs_and_reports(tmp_path):
         assert f"| {r.group['method']} | 0.05 | 2 | " in page or f"| {r.group['method']} | 2 | " in page
     from fl_lightning.report.__main__ import main
 
-    (tmp_path / "page" / "digits_grid.md").unlink()
-    assert main([str(sweep), "--declared"]) == 0  # the page again, as the sweep declared it
-    assert (tmp_path / "page" / "digits_grid.md").read_text() == page
+    (sweep / "digits_grid.md").unlink()
+    assert main([str(sweep), "--declared"]) == 0  # the page again, as the sweep declared it (its own folder)
+    assert (sweep / "digits_grid.md").read_text() == page and not (tmp_path / "page").exists()
     import matplotlib.image as mpimg
 
     for png in ("test_acc_vs_round.png", "test_acc_vs_uplink.png"):
         assert mpimg.imread(out / png).shape[:2] == (450, 800)
+
+
+@pytest.mark.parametrize("change,key", [(["fl.rounds=2"], "fl.rounds"), (["seed=0,1"], "seed"),
+                                        (["data/partition=iid"], "data.partition"),
+                                        (["hydra.sweeper.params.seed=0"], "hydra.sweeper.params.seed")])
+def test_publishing_a_changed_experiment_is_refused_before_any_job(change, key, tmp_path):
+    """A published page holds the experiment as declared: with publish=true, a command line that changes a result
+    key stops in one line naming it, exit 2, and no job runs (nothing under the sweep folder, the page untouched)."""
+    sweep, page = tmp_path / "sweep", tmp_path / "page"
+    p = run_cli(["-m", "experiment=digits_grid", *change, "trainer.accelerator=cpu", "trainer.progress=false",
+                 f"hydra.sweep.dir={sweep}", f"hydra.callbacks.report.out={page}",
+                 "hydra.callbacks.report.publish=true"], timeout=300)
+    lines = [x for x in p.stderr.strip().splitlines() if x.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert lines[0].startswith("error: hydra.callbacks.report.publish:") and f"changes {key}," in lines[0], lines[0]
+    assert "fix:" in lines[0] and not page.exists()
+    assert not sweep.exists() or not [d for d in sweep.iterdir() if d.is_dir() and d.name != ".hydra"]
 
 
 def test_parallel_local_jobs_with_the_joblib_launcher(tmp_path):

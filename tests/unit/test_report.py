@@ -194,10 +194,15 @@ def test_stat_and_blowup_on_the_command_line_and_the_callback(fakes, tmp_path, c
     assert "3 rows from 15 runs" in capsys.readouterr().out
     md = (tmp_path / "o" / "report.md").read_text()
     assert "--stat median --blowup 37" in md and "| C | 5 | 3.0000 | inf |" in md
-    cb = ReportWhenDone(out=str(tmp_path / "cb"), name="ht", by=["label"], stat="median", blowup=37.0, plots=False)
+    cb = ReportWhenDone(out=str(tmp_path / "cb"), name="ht", by=["label"], stat="median", blowup=37.0, plots=False,
+                        publish=True)
     cb.on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(fakes)},
                                                    "overrides": {"hydra": [], "task": ["seed=0,1"]}}}))
     assert "| C | 5 | 3.0000 | inf |" in (tmp_path / "cb" / "ht.md").read_text()
+    # not published: the page goes into the sweep's own folder, the declared out stays as it was
+    ReportWhenDone(out=str(tmp_path / "cb2"), name="ht", by=["label"], plots=False).on_multirun_end(
+        OmegaConf.create({"hydra": {"sweep": {"dir": str(fakes)}, "overrides": {"hydra": [], "task": []}}}))
+    assert (fakes / "ht.md").exists() and not (tmp_path / "cb2").exists()
     with pytest.raises(ReportError, match="expected mean or median"):
         report([str(fakes)], str(tmp_path / "x"), stat="average")
 
