@@ -17,19 +17,26 @@ from .table import Row, paper_id, summarize
 def report(paths: list[str], out: str, by: list[str] | None = None, select: str | None = None,
            target: float | None = None, plots: bool = True, name: str = "report", title: str | None = None,
            command: str | None = None, about: str | None = None, round_means: list[str] = (), stat: str = "mean",
-           blowup: float | None = None, metrics: list[str] = ()) -> list[Row]:
+           blowup: float | None = None, metrics: list[str] = (), dedupe: str | None = None) -> list[Row]:
     """Everything the command does: ``OUT/NAME.md``, ``OUT/NAME.csv`` and the PNGs (prefixed ``NAME_`` unless NAME
     is ``report``); the paper's numbers come from each run's own ``paper:`` block; ``round_means``: columns (e.g.
     ``precond_drift``) reported as their mean over each run's rounds; ``metrics``: columns (e.g. ``train_loss``)
     reported by their final value (a paper's ``key`` that is not the primary metric is added); ``stat``: ``mean``
     (± std) or ``median`` (and 90th percentile) of the final metric; ``blowup``: a run whose final metric is worse
     than this counts as diverged (as does a run that stopped early); ``about``: its ``{{KEY}}`` placeholders are
-    filled from the runs. Returns the rows."""
+    filled from the runs; ``dedupe="newest"``: of runs that repeat a setting and seed, only the newest. Returns the
+    rows."""
     from .about import fill
     from .paper import read_paper
     from .write import markdown, write_csv
 
     runs = find_runs(paths)
+    if dedupe == "newest":
+        from .table import dedupe_newest
+
+        runs = dedupe_newest(runs)
+    elif dedupe is not None:
+        raise ReportError(f"report: --dedupe {dedupe}: expected newest")
     blocks = {}
     for r in runs:
         blocks.setdefault(paper_id(r), r.config.get("paper"))

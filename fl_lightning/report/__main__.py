@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -28,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="report", help="file stem: OUT/NAME.md, OUT/NAME.csv, OUT/NAME_*.png")
     ap.add_argument("--title", default=None, help="the page's title")
     ap.add_argument("--no-plots", action="store_true")
+    ap.add_argument("--dedupe", choices=("newest",), default=None, help="of runs that repeat a setting and seed, "
+                    "keep the newest (else such a row shows its mean without a std, marked)")
     ap.add_argument("--declared", action="store_true", help="write again the page a sweep's experiment declares "
                     "(hydra.callbacks.report in DIR/multirun.yaml), from the runs on disk; other options are ignored")
     argv_used = sys.argv[1:] if argv is None else argv
@@ -40,13 +43,24 @@ def main(argv: list[str] | None = None) -> int:
                 declared(d)
             return 0
         rows = report(a.dirs, a.out, a.by, a.select, a.target, plots=not a.no_plots, name=a.name, title=a.title,
-                      round_means=a.round_means, stat=a.stat, blowup=a.blowup, metrics=a.metrics,
+                      round_means=a.round_means, stat=a.stat, blowup=a.blowup, metrics=a.metrics, dedupe=a.dedupe,
                       command="python -m fl_lightning.report " + " ".join(shlex.quote(x) for x in argv_used))
     except ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    print_table(os.path.join(a.out, f"{a.name}.md"))
     print(f"{len(rows)} rows from {sum(r.n for r in rows)} runs: {a.out}/{a.name}.md, {a.out}/{a.name}.csv")
     return 0
+
+
+def print_table(page: str) -> None:
+    """The page's table (its markdown rows) on the terminal."""
+    with open(page) as f:
+        lines = [x.rstrip("\n") for x in f]
+    start = next((i for i, x in enumerate(lines) if x.startswith("|")), None)
+    if start is not None:
+        end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+        print("\n".join(lines[start:end]))
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ class Row:
     paper_id: str | None = None                 # its runs' paper: block (canonical JSON), None without one
     paper: Any = None                           # that block read (:class:`.paper.Paper`), set by the report
     source: int | None = None                   # its number in the page's list of paper sources
+    repeated_seeds: bool = False                # two of its runs share a seed: not independent, no std shown
 
     @property
     def center(self) -> float:
@@ -204,5 +205,27 @@ def _row(group, swept, runs, metric, target, select, candidates, stat, blowup, r
         finals = [(math.inf if low else -math.inf) if d else p["final"] for d, p in zip(down, per_run)]
         del stats["final"], stats["best"]
         stats = {"median": (quantile(finals, 0.5), math.nan), "p90": (quantile(finals, 0.9), math.nan), **stats}
+    seeds = [repr(r.value("seed")) for r in runs]
+    repeated = len(set(seeds)) < len(seeds)
+    if repeated:  # runs of one seed are not independent draws: their spread is no standard deviation
+        stats = {k: (v[0], math.nan) for k, v in stats.items()}
     return Row(group, {k: flat.get(k) for k in swept}, runs, metric, stats, select, candidates,
-               sum(down), blowup, **extra)
+               sum(down), blowup, **extra, repeated_seeds=repeated)
+
+
+def dedupe_newest(runs: list[Run]) -> list[Run]:
+    """``--dedupe newest``: of the runs of one setting and seed (the same config up to the keys that leave results
+    alone), the newest (its metrics.csv or summary.json last written), in the runs' order."""
+    import os
+
+    def when(r: Run) -> float:
+        paths = [os.path.join(r.path, f) for f in ("summary.json", "metrics.csv")]
+        return max((os.path.getmtime(p) for p in paths if os.path.exists(p)), default=0.0)
+
+    newest: dict[tuple, Run] = {}
+    for r in runs:
+        key = (tuple(sorted((k, repr(v)) for k, v in r.flat.items())), repr(r.value("seed")))
+        if key not in newest or when(r) >= when(newest[key]):
+            newest[key] = r
+    keep = {id(r) for r in newest.values()}
+    return [r for r in runs if id(r) in keep]

@@ -73,7 +73,7 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r, c in zip(rows, cells):
         out = [str(r.group[k]) for k in by] + [str(r.context.get(k)) for k in context] + \
-            [str(r.setting.get(k, "")) for k in swept] + [str(r.n)]
+            [str(r.setting.get(k, "")) for k in swept] + [f"{r.n} (seeds repeat)" if r.repeated_seeds else str(r.n)]
         if select:
             out.append(_fmt(*_one(r, f"selected_{select}"), 4) + f" (best of {r.candidates})")
         for k in _columns(rows):
@@ -93,6 +93,10 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
                 "deviation."]
     else:
         text = [f"Mean ± sample standard deviation over the n runs of each row (seeds); primary metric `{m}`."]
+    if any(r.repeated_seeds for r in rows):
+        text.append("`(seeds repeat)`: two or more of the row's runs share a seed, so they are no independent draws: "
+                    "the mean is shown without a standard deviation (`--dedupe newest` keeps the newest run of each "
+                    "setting and seed).")
     if diverged:
         text.append("`diverged`: runs that stopped before their last round (a non-finite loss)"
                     + (f" or ended worse than {rows[0].blowup:g}" if rows[0].blowup is not None else "")

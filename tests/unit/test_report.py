@@ -254,3 +254,29 @@ def test_paper_block_errors_are_one_line():
         with pytest.raises(ReportError):
             read_paper(bad)
     assert read_paper({"source": "s", "ordering": ["a", ["b", "c"]]}).ordering == ["a", ["b", "c"]]
+
+
+def test_runs_that_repeat_a_seed_are_marked_without_a_std_and_dedupe_keeps_the_newest(tmp_path, capsys):
+    """Two runs of seed 0 (a run repeated) are no independent draws: the row says so and shows no ± std; with
+    ``--dedupe newest`` only the newer one counts (its own number, n = 1)."""
+    import os
+    import time
+
+    root = tmp_path / "runs"
+    fake_run(root / "old", "A", 0, [9.0, 1.0])
+    fake_run(root / "new", "A", 0, [9.0, 3.0])
+    t = time.time()
+    for f in ("metrics.csv", "summary.json"):
+        os.utime(root / "old" / f, (t - 100, t - 100))
+    rows = report([str(root)], str(tmp_path / "o"), by=["label"], plots=False)
+    assert rows[0].repeated_seeds and rows[0].n == 2 and math.isnan(rows[0].stats["final"][1])
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "| A | 2 (seeds repeat) | 2.0000 |" in md and "`(seeds repeat)`" in md and "± 1.4142" not in md
+    capsys.readouterr()
+    assert main([str(root), "--by", "label", "--dedupe", "newest", "--out", str(tmp_path / "d"), "--no-plots"]) == 0
+    assert "| A | 1 | 3.0000 |" in capsys.readouterr().out  # the table on the terminal too
+    md = (tmp_path / "d" / "report.md").read_text()
+    assert "| A | 1 | 3.0000 |" in md and "seeds repeat" not in md
+    fake_run(root / "other_seed", "A", 1, [9.0, 5.0])  # distinct seeds: the std is back
+    rows = report([str(root)], str(tmp_path / "o2"), by=["label"], plots=False, dedupe="newest")
+    assert not rows[0].repeated_seeds and rows[0].stats["final"] == pytest.approx((4.0, math.sqrt(2)))
