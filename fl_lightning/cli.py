@@ -58,22 +58,31 @@ def check_groups(argv: list[str], conf_dir: str) -> None:
     dirs = _search_dirs(argv, conf_dir)
     for arg in argv:
         key, sep, val = arg.lstrip("+~").partition("=")
-        if not sep or key not in GROUPS or "," in val or val == "" or val.startswith(("glob(", "range(", "choice(",
-                                                                                       "[")):
+        if not sep or key not in GROUPS or val == "" or val.startswith(("glob(", "range(", "choice(", "[")):
             continue
-        if val == "null" and key not in OPTIONAL_GROUPS:
-            fail(f"config error: {key}: null is not a {key} config; fix: name one, e.g. {key}=<name> (files in "
-                 f"conf/{key}/)")
-        if val == "null":
-            continue  # none: the default of an optional group (prepare drops the override)
-        names = sorted({os.path.relpath(os.path.join(root, f), os.path.join(d, key))[:-5].replace(os.sep, "/")
-                        for d in dirs for root, _, files in os.walk(os.path.join(d, key))
-                        for f in files if f.endswith(".yaml")})
-        names = [n for n in names if not any(f"{key}/{n}".startswith(g + "/") for g in GROUPS
-                                             if g.startswith(key + "/"))]  # data/partition's members are not data's
-        if val not in names:
-            fail(f"unknown {key} {val!r}; valid: {', '.join(names)} (files in conf/{key}/; {key} configs kept elsewhere "
-                 f"are found with hydra.searchpath=[file://DIR] where DIR holds {key}/{val}.yaml)")
+        for one in val.split(","):  # a sweep's list (-m method=fedavg,fedavgm): each name
+            _check_group(key, one.strip(), dirs)
+
+
+def _check_group(key: str, val: str, dirs: list[str]) -> None:
+    """One group name: known, or one line with the closest name and the valid ones."""
+    if val == "null" and key not in OPTIONAL_GROUPS:
+        fail(f"config error: {key}: null is not a {key} config; fix: name one, e.g. {key}=<name> (files in "
+             f"conf/{key}/)")
+    if val == "null":
+        return  # none: the default of an optional group (prepare drops the override)
+    names = sorted({os.path.relpath(os.path.join(root, f), os.path.join(d, key))[:-5].replace(os.sep, "/")
+                    for d in dirs for root, _, files in os.walk(os.path.join(d, key))
+                    for f in files if f.endswith(".yaml")})
+    names = [n for n in names if not any(f"{key}/{n}".startswith(g + "/") for g in GROUPS
+                                         if g.startswith(key + "/"))]  # data/partition's members are not data's
+    if val not in names:
+        import difflib
+
+        near = difflib.get_close_matches(val, names, n=1, cutoff=0.6)
+        hint = f"did you mean {key}={near[0]}? " if near else ""
+        fail(f"unknown {key} {val!r}; fix: {hint}valid: {', '.join(names)} (files in conf/{key}/; {key} configs "
+             f"kept elsewhere are found with hydra.searchpath=[file://DIR] where DIR holds {key}/{val}.yaml)")
 
 
 def prepare(argv: list[str], conf_dir: str) -> list[str]:

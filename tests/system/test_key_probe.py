@@ -87,6 +87,9 @@ CASES = [
      ["valid: adam_biclip", "hydra.searchpath=[file://DIR] where DIR holds method/nosuch.yaml"], []),
     (["data/partition=nosuch"], "unknown data/partition 'nosuch'",  # was Hydra's "Could not find", no names
      ["valid: by_group, dirichlet", "DIR holds data/partition/nosuch.yaml"], []),
+    (["method=fedavgg"], "unknown method 'fedavgg'", ["fix: did you mean method=fedavg? valid: adam_biclip"], []),
+    (["-m", "method=fedavg,fedavgg"], "unknown method 'fedavgg'",  # a sweep's list: was Hydra's, no names
+     ["fix: did you mean method=fedavg? valid: adam_biclip"], []),
     (["data.partition=iid"], "data.partition: is 'iid', not a partition",  # was an AttributeError
      ["fix: choose the partition with data/partition=iid"], []),
     (["method.parts=null"], "method.parts: is null", ["method.parts.<part>=null"], []),  # was an AttributeError
