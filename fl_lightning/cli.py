@@ -35,8 +35,21 @@ OmegaConf.register_new_resolver(
 
 def fail(msg: str, code: int = 2) -> None:
     peers.ENDING.set()  # a rank launched by this process ending the same way is not reported as lost
+    _to_log_file(f"error: {msg}")
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(code)
+
+
+def _to_log_file(line: str) -> None:
+    """The line into the run's ``train.log`` too (Hydra's file handler, where the run folder exists already): a run
+    refused after Hydra made its folder leaves the reason there, not an empty log. Not on the terminal twice."""
+    for h in logging.getLogger().handlers:
+        if isinstance(h, logging.FileHandler) and getattr(h, "stream", None) is not None:
+            try:
+                h.stream.write(line + "\n")
+                h.flush()
+            except (OSError, ValueError):  # a full disk or a closed file: the terminal line still says it
+                pass
 
 
 def _search_dirs(argv: list[str], conf_dir: str) -> list[str]:

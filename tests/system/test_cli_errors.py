@@ -149,3 +149,12 @@ def test_a_null_config_group_is_none_where_none_is_the_default_else_one_line(tmp
         code, err = cli_in_process([*FAST, f"{group}=null"], tmp_path / group)
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: config error: {group}: null is not"), err
+
+
+def test_a_run_refused_after_its_folder_exists_leaves_the_reason_in_train_log(tmp_path):
+    """A value refused by the config check runs after Hydra made the run folder: its train.log holds the same one
+    line as the terminal (no empty log left behind), and the terminal has it once."""
+    p = run_cli(["method.lr=-1", *FAST, f"hydra.run.dir={tmp_path / 'run'}"])
+    line = one_line_error(p, "method.lr", "fix:")
+    assert p.stderr.count("error:") == 1
+    assert (tmp_path / "run" / "train.log").read_text().strip().splitlines()[-1] == line
