@@ -7,10 +7,24 @@ import shlex
 import sys
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line with the closest option (not the usage block), exit 2."""
+
+    def error(self, message: str):
+        import difflib
+
+        options = sorted(o for o in self._option_string_actions if o.startswith("--"))
+        words = [w for w in message.replace(",", " ").split() if w.startswith("-")]
+        near = difflib.get_close_matches(words[0], options, n=1, cutoff=0.5) if words else []
+        fix = f"did you mean {near[0]}?" if near else f"options: {', '.join(options)}"
+        print(f"error: fl-report: {message}; fix: {fix} (fl-report --help lists them)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     from . import ReportError, report
 
-    ap = argparse.ArgumentParser(prog="fl-report", description="Run and sweep directories to report.md, report.csv "
+    ap = _OneLineParser(prog="fl-report", description="Run and sweep directories to report.md, report.csv "
                                  "and PNG plots (mean ± std over seeds).")
     ap.add_argument("dirs", nargs="+", help="run directories or folders of runs (searched recursively)")
     ap.add_argument("--by", nargs="+", default=["method"], help="config keys that make a row (default: method)")

@@ -123,6 +123,10 @@ def check_names(runs: list[Run], by: list[str], select: str | None, round_means:
     for option, names in (("--select", [select] if select else []), ("--round-means", round_means),
                           ("--metrics", metrics)):
         for c in names:
+            if c not in columns and c.startswith("val_") and not any(k.startswith("val_") for k in columns):
+                raise ReportError(f"report: {option} {c}: no run has a validation split (no val_* column); fix: "
+                                  "run the sweep with data.val_fraction=0.1 (a held-out part of each client's data) "
+                                  "to tune on it, not on the test set")
             if c not in columns:
                 raise no_such(option, c, "metrics.csv column", columns)
 

@@ -280,3 +280,13 @@ def test_runs_that_repeat_a_seed_are_marked_without_a_std_and_dedupe_keeps_the_n
     fake_run(root / "other_seed", "A", 1, [9.0, 5.0])  # distinct seeds: the std is back
     rows = report([str(root)], str(tmp_path / "o2"), by=["label"], plots=False, dedupe="newest")
     assert not rows[0].repeated_seeds and rows[0].stats["final"] == pytest.approx((4.0, math.sqrt(2)))
+
+
+def test_a_mistyped_option_is_one_line_with_the_closest_and_val_without_a_split_says_how(fakes, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([str(fakes), "--slect", "val_acc"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "fix: did you mean --select?" in err[0], err
+    assert main([str(fakes), "--select", "val_acc", "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "data.val_fraction" in err[0] and "closest: test_acc" not in err[0], err
