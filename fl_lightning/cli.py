@@ -134,15 +134,21 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
     missing = err.__cause__ if isinstance(err.__cause__, (ConfigAttributeError, ConfigKeyError)) else None
     if missing is not None and missing.full_key:  # OmegaConf names the key the config does not have
         name = str(missing.full_key)
-        near = None
+        near, takes = None, None
         try:
             rest = [a for a in argv if _okey(a) != name and not a.startswith("hydra.")]
             with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
-                near = closest_key(compose(config_name="config", overrides=rest), name)
+                composed = compose(config_name="config", overrides=rest)
+            near = closest_key(composed, name)
+            takes = _target_takes(composed, name)
         except Exception:
             near = None
         if near:  # the closest key first; the + hint only where no key is close
             return f"config error: {name}: no such key; fix: did you mean {near}?"
+        if takes is not None:  # the node is built by a target that has no such argument: a + would not help
+            target, params = takes
+            return (f"config error: {name}: no such key, and {target} takes no {name.rpartition('.')[2]}; fix: remove "
+                    f"it (it takes: {', '.join(params)})")
         return f"config error: {name}: no such key; fix: a new argument of a part or model needs a leading +, " \
                f"e.g. +{name}=..."
     if m and "No match in the defaults list" in str(err):  # server_opt=adam with a method that has no server optimizer
@@ -155,6 +161,23 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
     if cause is not None and str(cause).strip():
         text += f" ({str(cause).strip().splitlines()[0]})"
     return f"config error: {text}"
+
+
+def _target_takes(cfg, name: str) -> tuple[str, list[str]] | None:
+    """(target, its arguments) when ``name``'s parent node is built by a ``_target_`` whose signature has no such
+    argument (and no ``**kwargs``); None when it has one, or the node has no target (then ``+name=`` may be right)."""
+    from .config_args import _target_info
+
+    parent, _, leaf = name.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else None
+    target = node.get("_target_") if OmegaConf.is_dict(node) else None
+    info = _target_info(target) if isinstance(target, str) else None
+    if info is None or info[1] is None:
+        return None
+    sig = info[1]
+    if leaf in sig.parameters or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    return target, [p for p in sig.parameters if p not in ("self", "args", "kwargs")]
 
 
 def user_full_error() -> bool:

@@ -87,6 +87,11 @@ CASES = [
      ["valid: adam_biclip", "hydra.searchpath=[file://DIR] where DIR holds method/nosuch.yaml"], []),
     (["data/partition=nosuch"], "unknown data/partition 'nosuch'",  # was Hydra's "Could not find", no names
      ["valid: by_group, dirichlet", "DIR holds data/partition/nosuch.yaml"], []),
+    (["data/partition=iid", "data.partition.alpha=0.1"],  # was "needs a leading +", then "not an argument": remove
+     "data.partition.alpha: no such key, and fl_lightning.data.partition.iid takes no alpha",
+     ["fix: remove it (it takes: labels, num_clients, rng)"], ["+"]),
+    (["method.parts.aggregation.beta=0.9"], "method.parts.aggregation.beta: no such key, and "
+     "fl_lightning.strategies.parts.ModelAverage takes no beta", ["fix: remove it (it takes:"], ["+"]),
     (["method=fedavgg"], "unknown method 'fedavgg'", ["fix: did you mean method=fedavg? valid: adam_biclip"], []),
     (["-m", "method=fedavg,fedavgg"], "unknown method 'fedavgg'",  # a sweep's list: was Hydra's, no names
      ["fix: did you mean method=fedavg? valid: adam_biclip"], []),
