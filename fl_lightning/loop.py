@@ -28,6 +28,7 @@ from . import seeding, signals
 from .checkpoint import Checkpointer, TensorDict, TorchRNG
 from .client_store import ClientStateStore
 from .compiled_step import CompiledStep
+from .strategies import unsaved
 from .errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
 from .progress import RoundProgress
 from .recorder import RunRecorder
@@ -112,6 +113,7 @@ class FederatedLoop:
         self.round = 0  # rounds completed
         self._stop_signal: int | None = None
         self._first_round = -1  # the round this invocation started at (set by run)
+        self._part_baseline: dict | None = None  # the parts' state once set up (setup): the unsaved-state check
 
     # ------------------------------------------------------------------ helpers
     def _load_global_into_module(self) -> None:
@@ -320,6 +322,7 @@ class FederatedLoop:
 
     def setup(self, resume: str | None = None, force: bool = False) -> None:
         self.strategy.setup(self.server_context())
+        self._part_baseline = unsaved.snapshot(self.strategy.parts)  # what the parts hold once set up
         if resume:
             root = os.path.join(resume, "checkpoints")
             path = self.checkpointer.load_latest_good(self.stateful(), force=force, root=root)
@@ -394,6 +397,8 @@ class FederatedLoop:
                     progress.end_round(r, {**row, primary: self.recorder.last(primary), "evaluated": evaluated})
                     signum = self._agreed_stop()
                     if self.round % every == 0 or self.round == end or signum:
+                        if self._part_baseline is not None:  # else a resume would not be exact
+                            unsaved.check(self.strategy.parts, self._part_baseline)
                         self.checkpointer.save(self.round, self.stateful())
                         signum = signum or self._agreed_stop()  # a signal that arrived during the save: stop now
                     if signum and self.round < end:  # at the end the run finishes normally (summary and all)

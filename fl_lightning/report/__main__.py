@@ -62,20 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except ReportError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    from .write import print_table
+
     print_table(os.path.join(a.out, f"{a.name}.md"))
     print(f"{len(rows)} rows from {sum(r.n for r in rows)} runs: {a.out}/{a.name}.md, {a.out}/{a.name}.csv")
     return 0
-
-
-def print_table(page: str) -> None:
-    """The page's table (its markdown rows) on the terminal."""
-    with open(page) as f:
-        lines = [x.rstrip("\n") for x in f]
-    start = next((i for i, x in enumerate(lines) if x.startswith("|")), None)
-    if start is not None:
-        end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
-        print("\n".join(lines[start:end]))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -62,7 +62,7 @@ class ReportWhenDone(Callback):
                       blowup=self.blowup, metrics=self.metrics)
         where = "" if self.publish else (f" (the sweep's own folder; {self.out}/{self.name}.md is rewritten only with "
                                          "hydra.callbacks.report.publish=true)")
-        from .__main__ import print_table
+        from .write import print_table
 
         print_table(os.path.join(out, f"{self.name}.md"))
         print(f"report: {len(rows)} rows from {sum(r.n for r in rows)} runs in {out}/{self.name}.md{where}")

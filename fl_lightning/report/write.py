@@ -152,3 +152,17 @@ def write_csv(rows: list[Row], path: str) -> None:
                           r.paper.key if r.paper else "", r.paper.unit if r.paper and r.paper.unit else "",
                           r.source or ""]
                        + [";".join(os.path.relpath(x.path) for x in r.runs)])
+
+
+def print_table(page: str) -> None:
+    """The page's table (its markdown rows) on the terminal."""
+    with open(page) as f:
+        lines = [x.rstrip("\n") for x in f]
+    start = next((i for i, x in enumerate(lines) if x.startswith("|")), None)
+    if start is not None:
+        end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+        print("\n".join(lines[start:end]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

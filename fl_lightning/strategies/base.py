@@ -222,6 +222,9 @@ class Part:
     # True: the part's per-step hooks read and write only tensors that stay the same memory for the run (its own
     # buffers filled in place, the server's tensors), so trainer.compile=graphs may replay them (graphed_step.py)
     graph_safe: bool = False
+    # attributes a resume does not need (a buffer refilled for each client, a value recomputed each round from the
+    # saved state): the unsaved-state check at each checkpoint leaves them alone (strategies/unsaved.py)
+    scratch: tuple[str, ...] = ()
 
     def graph_inputs(self, client: ClientContext) -> list[Tensor] | None:
         """The tensors this part's per-step hooks read, whose addresses a replayed step (trainer.compile=graphs)

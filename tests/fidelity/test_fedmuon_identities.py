@@ -17,6 +17,7 @@ from tests.helpers.harness import (FakeData, LossModule, MLP, build, make_loop, 
 from fl_lightning import seeding
 from fl_lightning.strategies.base import Part
 from fl_lightning.strategies.parts import LMOControlVariates, OptimizerStateAverage
+from tests.helpers.spies import Recorder
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -175,7 +176,7 @@ def test_scaffold_mean_grad_equals_option2_with_sgd(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------
 # spec 000 §4.1 invariants with partial participation
 # ---------------------------------------------------------------------------------------------------------------
-class RoundStartSpy(Part):
+class RoundStartSpy(Recorder):
     """Placed after the correction part: at every client_start, compare the optimizer's momentum with C_i."""
 
     def __init__(self, cv_name: str):
@@ -224,7 +225,7 @@ def test_fedmuon_bc_invariants_partial_participation(tmp_path, state):
 # ---------------------------------------------------------------------------------------------------------------
 # spec 004 §3.5.4: the alignment identity
 # ---------------------------------------------------------------------------------------------------------------
-class AlignmentSpy(Part):
+class AlignmentSpy(Recorder):
     """First in the parts list: measures the alignment term of every step as (params at the next after_backward or
     client_end) - (params right after optimizer.step, before the alignment part ran)."""
 

@@ -24,7 +24,7 @@ from fl_lightning.strategies.base import Part
 from fl_lightning.strategies.parts import GlobalAlignment, OptimizerStateAverage
 from tests.helpers.harness import (FakeData, LossModule, MLP, build, make_loop, method_config, mse, params_of,
                                    regression_batches, run)
-from tests.helpers.spies import StateSpy
+from tests.helpers.spies import Recorder, StateSpy
 
 N, S, K, R = 5, 3, 4, 6
 
@@ -139,7 +139,7 @@ def test_beta_zero_without_alignment_is_local_soap(tmp_path, schedule):
 # ---------------------------------------------------------------------------------------------------------------
 # I1, I2: the global direction
 # ---------------------------------------------------------------------------------------------------------------
-class DirectionSpy(Part):
+class DirectionSpy(Recorder):
     """First in the parts list: the optimizer's own displacement of every step (params after ``optimizer.step``
     minus params at ``after_backward``; the correction runs later in ``after_step``), summed per round over clients
     and steps; and x^r at every broadcast."""
@@ -168,7 +168,7 @@ class DirectionSpy(Part):
         return {}
 
 
-class DGSpy(Part):
+class DGSpy(Recorder):
     """Last in the parts list: g_G^r as GlobalAlignment just broadcast it."""
 
     def __init__(self, strategy):

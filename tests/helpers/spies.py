@@ -4,7 +4,16 @@ from __future__ import annotations
 from fl_lightning.strategies.base import Part
 
 
-class MomentumSpy(Part):
+class Recorder(Part):
+    """A test's instrument: what it records is no state of the run, so the unsaved-state check at each checkpoint
+    (fl_lightning/strategies/unsaved.py) leaves every attribute of it alone."""
+
+    @property
+    def scratch(self) -> tuple[str, ...]:
+        return tuple(vars(self))
+
+
+class MomentumSpy(Recorder):
     """After the momentum part: at client_start record the optimizer momenta; at client_end the final ones."""
 
     def __init__(self):
@@ -22,7 +31,7 @@ class MomentumSpy(Part):
         return {}
 
 
-class StateSpy(Part):
+class StateSpy(Recorder):
     """After a state-moving part: the optimizer state of every param (through its adapter) at client_start and at
     client_end, as ``(round, client, {name: {entry: tensor}})``."""
 

@@ -73,6 +73,7 @@ class GlobalAlignment(Part):
     # device tensor kept for the run (filled at each client's start), never a number of the graph
     graph_safe = True
     _neg_step: Tensor | None = None
+    scratch = ("DG", "_neg_step")  # Δ_G is recomputed in each round's broadcast from the saved prev_x
 
     def setup(self, server: ServerContext) -> None:
         self.server = server

@@ -39,6 +39,7 @@ from .control_variate import ServerControlVariate
 
 class ScaffoldCorrection(ServerControlVariate):
     CONTROLS = ("mean_grad", "option2", "last_grad", "option1")
+    scratch = ("_zeros", "_acc")  # a never-trained client's c_i, the gradient sum: refilled for each client
 
     def __init__(self, control: str = "mean_grad", correction_applied: bool = True):
         if control not in self.CONTROLS:

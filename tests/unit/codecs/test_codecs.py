@@ -11,6 +11,7 @@ from fl_lightning.codecs import Dense, ErrorFeedback, LionMomentum, Quantize, Sc
 from fl_lightning.errors import ConfigError
 from fl_lightning.strategies.base import MODEL_KEY, Msg, Part
 from tests.helpers.harness import FakeData, LossModule, MLP, build, method_config, mse, regression_batches, run
+from tests.helpers.spies import Recorder
 
 V = torch.tensor([[0.5, -2.0, 0.0], [3.0, -0.25, 1.0]])
 
@@ -173,7 +174,7 @@ def test_one_bit_momentum_upload_costs_one_bit_per_coordinate_through_the_loop(t
     assert loop.recorder.totals["uplink_bits"] == rounds * s * (dense_delta + d_matrices)
 
 
-class Broadcaster(Part):
+class Broadcaster(Recorder):
     """Sends one 10-bit message to every client and replaces the model downlink by a 7-bit one."""
 
     def broadcast(self, round_idx):

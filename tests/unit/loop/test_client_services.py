@@ -9,6 +9,7 @@ from torch import nn
 from fl_lightning.strategies.base import Part
 from fl_lightning.strategies.records import Field, Record
 from tests.helpers.harness import FakeData, LossModule, MLP, build, method_config, mse, regression_batches, run
+from tests.helpers.spies import Recorder
 
 
 class Quadratic(nn.Module):
@@ -29,7 +30,7 @@ def _spd(d=5, seed=0):
     return Q @ Q.T / d + torch.eye(d, dtype=torch.float64)
 
 
-class Hutchinson(Part):
+class Hutchinson(Recorder):
     """diag(H) ≈ mean over Rademacher probes u of u ⊙ (H u) (Hutchinson 1990; Sophia's estimator, Liu et al. 2023)."""
 
     def __init__(self, probes: int):
@@ -62,7 +63,7 @@ def test_hutchinson_estimate_of_the_hessian_diagonal(tmp_path):
     assert len(set(h.draws)) == 2  # rng(purpose) is per client: two clients, two different streams
 
 
-class GradientProbe(Part):
+class GradientProbe(Recorder):
     """In every step: the gradient at the round's received global weights on the current minibatch."""
 
     def __init__(self):
@@ -97,7 +98,7 @@ def test_gradient_at_previous_global_model_equals_a_direct_computation(tmp_path)
         assert loss > 0
 
 
-class IdleCounter(Part):
+class IdleCounter(Recorder):
     """Counts, in each idle client's own state, the rounds it sat out; remembers who was idle when."""
 
     uses_idle_clients = True

@@ -6,6 +6,7 @@ import torch
 
 from fl_lightning.strategies.base import Part
 from tests.helpers.cli import FAST, build_loop
+from tests.helpers.spies import Recorder
 
 
 def test_fedavg_learns_on_digits(tmp_path):
@@ -23,7 +24,7 @@ def test_minibatch_order_depends_only_on_seed_client_round(tmp_path, monkeypatch
         loop = build_loop(FAST + [f"fl.clients_per_round={per_round}", "fl.rounds=3"], tmp_path / f"s{per_round}")
         seen, current = {}, {}
 
-        class Tag(Part):
+        class Tag(Recorder):
             def client_start(self, client):
                 current["key"] = (client.id, client.round)
 

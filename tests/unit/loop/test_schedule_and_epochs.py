@@ -4,6 +4,7 @@ import pytest
 
 from fl_lightning.schedule import lr_factor
 from tests.helpers.cli import FAST, build_loop
+from tests.helpers.spies import Recorder
 
 
 def test_cosine_schedule_over_rounds():
@@ -38,7 +39,7 @@ def test_cosine_lr_reaches_the_optimizer(tmp_path):
     seen = []
     from fl_lightning.strategies.base import Part
 
-    class Peek(Part):
+    class Peek(Recorder):
         def after_step(self, client):
             seen.append((client.round, client.optimizer.param_groups[0]["lr"]))
 

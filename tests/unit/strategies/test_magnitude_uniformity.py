@@ -12,9 +12,10 @@ from fl_lightning.models.cnn_fedsmu import FedSMUCNN
 from fl_lightning.strategies.base import Part, ServerContext
 from fl_lightning.strategies.parts import MagnitudeUniformity
 from tests.helpers.harness import FakeData, LossModule, MLP, build, make_loop, method_config, mse, regression_batches
+from tests.helpers.spies import Recorder
 
 
-class UploadSpy(Part):
+class UploadSpy(Recorder):
     """Records, per round, what each client uploaded (the aggregation part's scratch)."""
 
     def __init__(self):

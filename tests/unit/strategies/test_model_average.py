@@ -6,9 +6,10 @@ import torch
 
 from fl_lightning.strategies.base import Part
 from tests.helpers.cli import FAST, build_loop
+from tests.helpers.spies import Recorder
 
 
-class Spy(Part):
+class Spy(Recorder):
     """Records each client's trained weights (before the aggregation part sees them)."""
 
     def __init__(self):

@@ -7,9 +7,10 @@ from fl_lightning.errors import ConfigError
 from fl_lightning.strategies.base import Part
 from fl_lightning.strategies.parts import PreconditionedMixing
 from tests.helpers.harness import FakeData, LossModule, MLP, build, method_config, mse, regression_batches, run
+from tests.helpers.spies import Recorder
 
 
-class EndSpy(Part):
+class EndSpy(Recorder):
     """The client's final model and Sophia h, and x^r, per round."""
 
     def __init__(self):

@@ -12,9 +12,10 @@ from fl_lightning.strategies.base import Part
 from fl_lightning.strategies.parts import SophiaHessian
 from tests.helpers.harness import FakeData, LossModule, MLP, build, method_config, mse, regression_batches, run
 from tests.unit.loop.test_client_services import Quadratic, _spd
+from tests.helpers.spies import Recorder
 
 
-class HessianSpy(Part):
+class HessianSpy(Recorder):
     """After the hessian part: (round, step, h) of the first param whenever h changed."""
 
     def __init__(self):
