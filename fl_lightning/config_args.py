@@ -247,9 +247,12 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
             if info is None or not callable(info[0]):
                 what = (f"expected a name, got {target!r}" if not isinstance(target, str) else f"{target!r} does not "
                         "import" if info is None else f"{target!r} is not a function or class")
-                raise qualify(ConfigError(f"{key}._target_", f"cannot be built ({what})",
-                                          "set it to an importable function or class (package.module.name), or pick "
-                                          f"another {key.split('.')[0]} (e.g. {key.split('.')[0]}=<name>)"), "", root)
+                fix = ("set it to an importable function or class (package.module.name), or pick another "
+                       f"{key.split('.')[0]} (e.g. {key.split('.')[0]}=<name>)")
+                if info is None and isinstance(target, str):  # the user's own module: its folder on the path
+                    fix = (f"if {target.rpartition('.')[0]} is your own code, add the folder that holds it to "
+                           "PYTHONPATH (PYTHONPATH=/abs/folder python train.py ...); else " + fix)
+                raise qualify(ConfigError(f"{key}._target_", f"cannot be built ({what})", fix), "", root)
             obj, sig, hints = info
             if sig is None:
                 continue

@@ -143,9 +143,11 @@ def _resume_hint(run_dir: str, cfg: DictConfig | None = None) -> str:
 def resume_command(run_dir: str, cfg: DictConfig | None = None) -> str:
     """``python train.py resume=DIR``, after ``PYTHONPATH=...`` when a ``_target_`` of ``cfg`` was imported from a
     ``PYTHONPATH`` folder (a part, model or dataset of the user's own, outside the package: examples/fednova); the
-    configs of a ``hydra.searchpath`` are found again from the run's ``overrides.yaml``."""
+    configs of a ``hydra.searchpath`` are found again from the run's ``overrides.yaml``. Paths absolute, so that the
+    command works from any folder."""
     path = _user_pythonpath(cfg)
-    return f"{'PYTHONPATH=' + shlex.quote(path) + ' ' if path else ''}python train.py resume={run_dir}"
+    return (f"{'PYTHONPATH=' + shlex.quote(path) + ' ' if path else ''}python train.py "
+            f"resume={shlex.quote(os.path.abspath(run_dir))}")
 
 
 def _user_pythonpath(cfg: DictConfig | None) -> str:
@@ -177,4 +179,4 @@ def _user_pythonpath(cfg: DictConfig | None) -> str:
         if f:
             f = os.path.dirname(os.path.abspath(f))
             homes.add(os.path.dirname(f) if hasattr(sys.modules[m], "__path__") else f)
-    return os.pathsep.join(e for e in env.split(os.pathsep) if e and os.path.abspath(e) in homes)
+    return os.pathsep.join(os.path.abspath(e) for e in env.split(os.pathsep) if e and os.path.abspath(e) in homes)

@@ -151,11 +151,12 @@ def test_resume_command_names_the_pythonpath_of_the_runs_own_code(fednova, monke
     cfg = OmegaConf.create({"method": {"parts": {"a": {"_target_": "fednova.FedNova"},
                                                  "b": {"_target_": "fl_lightning.strategies.parts.LocalOptimizer"}}}})
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/elsewhere", EXAMPLE, ROOT]))
-    assert resume_command("d", cfg) == f"PYTHONPATH={shlex.quote(EXAMPLE)} python train.py resume=d"
+    d = os.path.abspath("d")  # absolute paths: the command works from any folder
+    assert resume_command("d", cfg) == f"PYTHONPATH={shlex.quote(EXAMPLE)} python train.py resume={d}"
     del cfg.method.parts["a"]  # the package's parts only (ROOT holds fl_lightning): nothing to add
-    assert resume_command("d", cfg) == "python train.py resume=d"
+    assert resume_command("d", cfg) == f"python train.py resume={d}"
     monkeypatch.delenv("PYTHONPATH")
-    assert resume_command("d", None) == "python train.py resume=d"
+    assert resume_command("d", None) == f"python train.py resume={d}"
 
 
 # ------------------------------------------------------------------------------------------ through train.py
@@ -178,7 +179,7 @@ def test_fednova_through_train_py_equals_fedavg_and_resumes_with_the_printed_com
     assert p.returncode == 0, p.stderr[-2000:]
     lines = p.stderr.splitlines()
     command = lines[lines.index(next(x for x in lines if x.endswith("Resume with:"))) + 1].strip()
-    assert command == f"PYTHONPATH=examples/fednova python train.py resume={d}"
+    assert command == f"PYTHONPATH={EXAMPLE} python train.py resume={d}"  # absolute, as typed relative
     assert f"hydra.searchpath=[file://{EXAMPLE}/conf]" in OmegaConf.load(d / "overrides.yaml")
     words = shlex.split(command)  # run it as printed: its own PYTHONPATH, nothing inherited
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HYDRA_FULL_ERROR")}
