@@ -1,6 +1,12 @@
-"""``python -m fl_lightning.keys [GROUP]``: every key of the config schema with its type, default and help (generated
-from :mod:`fl_lightning.schema`; GROUP: fl, trainer, checkpoint, store, data, method, or a top-level key). The keys of
-a model, dataset, part, optimizer or codec are its constructor's arguments: see its docstring and conf/ yaml."""
+"""``python -m fl_lightning.keys [GROUP | KEY | GROUP=NAME ...]``: the config's keys with their type, range, default
+and help.
+
+* ``keys`` / ``keys fl``: the schema's keys (generated from :mod:`fl_lightning.schema`), all or under a prefix;
+* ``keys method=fedmuon`` (or ``model=``, ``data=``, ``optimizer=``, any group choice; several together): that
+  config as Hydra composes it, every key under the group, the constructor arguments of its parts, models, datasets
+  and optimizers included (type and range from their annotations, the value the config gives);
+* ``keys method.lr``: that one key, in the default config (or with the group choices given beside it).
+"""
 from __future__ import annotations
 
 import dataclasses
@@ -30,8 +36,152 @@ def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:
     return out
 
 
+USAGE = ("usage: python -m fl_lightning.keys [GROUP | KEY | GROUP=NAME ...]   e.g. keys fl; keys method=fedmuon; "
+         "keys method.lr; keys model=vit_tiny model.net")
+
+
+def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str, str]]:
+    """(key, type, value, help) of every leaf under ``prefix`` in the config composed with ``choices``."""
+    import os
+
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from .config_args import _describe, _target_info, arg_meta
+    from .schema import register
+
+    register()
+    conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+    with initialize_config_dir(config_dir=conf, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=choices)
+    schema = all_keys()
+    node = OmegaConf.select(cfg, prefix, default=None) if prefix else cfg
+    if node is None:
+        return []
+    out = []
+    feeds = _interpolated_arguments(cfg)  # method.lr -> (its meta, "fl_lightning.optim.Muon's lr")
+
+    def value(parent, k) -> str:
+        try:
+            v = parent[k]
+            return "null" if v is None else str(OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v)
+        except Exception:  # an interpolation that resolves only in a run
+            return str(parent._get_node(k)._value())
+
+    def walk(n, path: str) -> None:
+        target = n.get("_target_") if OmegaConf.is_dict(n) else None
+        info = _target_info(target) if isinstance(target, str) else None
+        for k in n.keys() if OmegaConf.is_dict(n) else ():
+            full = f"{path}.{k}" if path else str(k)
+            child = n._get_node(k)
+            if str(k).startswith("_"):
+                continue
+            if child._is_interpolation() and isinstance(child._value(), str) and OmegaConf.is_dict(
+                    OmegaConf.select(cfg, full, default=None)):
+                out.append((full, "a config node", child._value(), f"the node {child._value()[2:-1]}: keys "
+                            f"{child._value()[2:-1]}=<name> lists it"))
+                continue
+            if OmegaConf.is_dict(child) and not child._is_missing() and not child._is_none():
+                walk(child, full)
+                continue
+            if full in schema:
+                f = schema[full]
+                out.append((full, f.metadata["kind"], value(n, k), f.metadata["help"]))
+                continue
+            kind, help_ = "", ""
+            if info is not None and info[1] is not None and k in info[1].parameters:
+                p = info[1].parameters[k]
+                has = p.default is not p.empty
+                meta = arg_meta(info[2].get(k), p.default if has else None, has)
+                kind = _describe(meta) if meta else ""
+                help_ = f"argument of {target}"
+            elif info is not None:
+                help_ = f"read by {target}'s caller, not its constructor"
+            elif full in feeds:
+                meta, where = feeds[full]
+                kind, help_ = _describe(meta), f"sets {where}"
+            out.append((full, kind, value(n, k), help_))
+
+    if OmegaConf.is_dict(node):
+        walk(node, prefix)
+    else:
+        parent, _, leaf = prefix.rpartition(".")
+        pnode = OmegaConf.select(cfg, parent) if parent else cfg
+        walk_one = {leaf: None}
+        for k in walk_one:
+            full = prefix
+            if full in schema:
+                f = schema[full]
+                out.append((full, f.metadata["kind"], value(pnode, k), f.metadata["help"]))
+            else:
+                target = pnode.get("_target_") if OmegaConf.is_dict(pnode) else None
+                info = _target_info(target) if isinstance(target, str) else None
+                kind, help_ = "", ""
+                if info is not None and info[1] is not None and k in info[1].parameters:
+                    p = info[1].parameters[k]
+                    has = p.default is not p.empty
+                    meta = arg_meta(info[2].get(k), p.default if has else None, has)
+                    kind, help_ = (_describe(meta) if meta else ""), f"argument of {target}"
+                out.append((full, kind, value(pnode, k), help_))
+    return out
+
+
+def _interpolated_arguments(cfg) -> dict:
+    """``{key: (meta, "target's arg")}`` for every key that a constructor argument takes by interpolation (``lr:
+    ${method.lr}``, ``${oc.select:method.beta,0.95}``): the argument's type and range describe the key."""
+    import re
+
+    from omegaconf import OmegaConf
+
+    from .config_args import _target_info, arg_meta
+
+    out = {}
+
+    def walk(n) -> None:
+        if not OmegaConf.is_dict(n):
+            return
+        target = n.get("_target_")
+        info = _target_info(target) if isinstance(target, str) else None
+        for k in n.keys():
+            child = n._get_node(k)
+            if OmegaConf.is_dict(child) and not child._is_interpolation():
+                walk(child)
+            elif info is not None and info[1] is not None and k in info[1].parameters and child._is_interpolation():
+                m = re.fullmatch(r"\$\{(?:oc\.select:)?([\w.]+)[^}]*\}", str(child._value()))
+                if m:
+                    p = info[1].parameters[k]
+                    has = p.default is not p.empty
+                    meta = arg_meta(info[2].get(k), p.default if has else None, has)
+                    if meta:
+                        out.setdefault(m.group(1), (meta, f"{target}'s {k}"))
+
+    walk(cfg)
+    return out
+
+
 def main(argv: list[str]) -> int:
-    group = argv[0] if argv else None
+    if any(a in ("-h", "--help") for a in argv):
+        print(USAGE)
+        return 0
+    choices = [a for a in argv if "=" in a]
+    names = [a for a in argv if "=" not in a]
+    if choices or (names and names[0] not in {k.split(".")[0] for k in all_keys()} | set(all_keys())
+                   or names and "." in names[0] and names[0] not in all_keys()):
+        prefix = names[0] if names else choices[0].split("=", 1)[0].split("/")[0]
+        try:
+            rows = describe_config(choices, prefix)
+        except Exception as err:  # noqa: BLE001 - a choice that does not compose: one line
+            print(f"error: keys: {' '.join(str(err).split())[:300]}; fix: {USAGE}", file=sys.stderr)
+            return 2
+        if not rows:
+            print(f"error: keys: no key {prefix!r} in the config composed with {' '.join(choices) or 'the defaults'}; "
+                  f"fix: {USAGE}", file=sys.stderr)
+            return 2
+        width = max(len(r[0]) for r in rows)
+        for name, kind, default, help_ in rows:
+            print(f"{name:<{width}}  {kind or '?'}  (value {default})" + (f"\n{'':<{width}}  {help_}" if help_ else ""))
+        return 0
+    group = names[0] if names else None
     rows = describe(group)
     if not rows:
         tops = sorted({k.split(".")[0] for k in all_keys()})

@@ -159,3 +159,23 @@ def test_keys_that_leave_results_alone_are_stated_once_and_used_by_the_hash_the_
         assert config_hash(make_cfg([f"{key}={value}"], "r")) == base, key
     for key, value in [("fl.local_steps", "3"), ("trainer.precision", "bf16-mixed"), ("seed", "1")]:
         assert config_hash(make_cfg([f"{key}={value}"], "r")) != base, key
+
+
+def test_keys_lists_a_chosen_configs_keys_with_their_ranges_and_one_key_and_usage(capsys):
+    """``keys method=fedmuon``: that method's keys, a part's or optimizer's argument described by its annotation
+    (also when the method's key feeds it by interpolation); ``keys method.lr``: that key; ``--help``: usage; an
+    unknown choice: one line, exit 2."""
+    from fl_lightning.keys import main
+
+    assert main(["method=fedmuon"]) == 0
+    out = capsys.readouterr().out
+    assert "method.alpha" in out and "a number in [0.0, 1.0)  (value 0.5)" in out
+    assert "sets fl_lightning.strategies.parts.GlobalAlignment's alpha" in out
+    assert "method.parts.local_optimizer.state" in out and "argument of fl_lightning.strategies.parts.LocalOptimizer" in out
+    assert main(["method.lr"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("method.lr") and "(value " in out[0]
+    assert main(["--help"]) == 0 and capsys.readouterr().out.startswith("usage: python -m fl_lightning.keys")
+    assert main(["method=nosuch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: keys:")
