@@ -81,6 +81,8 @@ def _result_view(cfg: DictConfig) -> dict:
         c["fl"] = {k: v for k, v in c["fl"].items() if k != "rounds"}
     if not (c.get("data") or {}).get("val_fraction"):  # 0: no validation set (as before the key existed)
         (c.get("data") or {}).pop("val_fraction", None)
+    if (c.get("data") or {}).get("fake") is False:  # the real files (as before the key existed)
+        c["data"].pop("fake", None)
     return c
 
 

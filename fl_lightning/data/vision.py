@@ -45,14 +45,28 @@ _MNIST = _Spec("MNIST", (0.1307,), (0.3081,), 10, "MNIST/raw", False)
 IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 
 
-def cifar10(root: str, augment: bool | None = None, normalize: Normalize = "dataset", download: bool = False):
-    """CIFAR-10 (Krizhevsky 2009): 50,000 / 10,000 32x32 colour images, 10 classes; crop + flip by default."""
-    return _load(_CIFAR10, root, augment, normalize, download)
+def cifar10(root: str, augment: bool | None = None, normalize: Normalize = "dataset", download: bool = False,
+            fake: bool = False):
+    """CIFAR-10 (Krizhevsky 2009): 50,000 / 10,000 32x32 colour images, 10 classes; crop + flip by default.
+    ``fake``: random pixels and labels of the same shapes and sizes (fixed seed), no files: to try an experiment's
+    pipeline offline; its accuracies mean nothing."""
+    return _load(_CIFAR10, root, augment, normalize, download, fake)
 
 
-def cifar100(root: str, augment: bool | None = None, normalize: Normalize = "dataset", download: bool = False):
-    """CIFAR-100 (Krizhevsky 2009): 50,000 / 10,000 32x32 colour images, 100 fine classes; crop + flip by default."""
-    return _load(_CIFAR100, root, augment, normalize, download)
+def cifar100(root: str, augment: bool | None = None, normalize: Normalize = "dataset", download: bool = False,
+             fake: bool = False):
+    """CIFAR-100 (Krizhevsky 2009): 50,000 / 10,000 32x32 colour images, 100 fine classes; crop + flip by default.
+    ``fake``: as for :func:`cifar10`."""
+    return _load(_CIFAR100, root, augment, normalize, download, fake)
+
+
+def _fake(spec: "_Spec", n: int, seed: int):
+    """A stand-in for a torchvision CIFAR set: ``n`` random 32x32x3 uint8 images and labels from a fixed seed."""
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(seed)
+    return SimpleNamespace(data=rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
+                           targets=rng.integers(0, spec.num_classes, n).tolist())
 
 
 def fashion_mnist(root: str, augment: bool | None = None, download: bool = False):
@@ -92,12 +106,15 @@ def check_augment(augment) -> None:
         raise ConfigError("augment", f"must be true, false or null, got {augment!r}", "null uses the dataset's default")
 
 
-def _load(spec: _Spec, root: str, augment: bool | None, normalize="dataset", download: bool = False):
+def _load(spec: _Spec, root: str, augment: bool | None, normalize="dataset", download: bool = False,
+          fake: bool = False):
     import torchvision.datasets as tvd
 
     check_augment(augment)
     if not isinstance(download, bool):
         raise ConfigError("download", f"must be true or false, got {download!r}", "leave it false (the files are read from root)")
+    if not isinstance(fake, bool):
+        raise ConfigError("fake", f"must be true or false, got {fake!r}", "leave it false (the real files)")
     mean, std = mean_std(normalize, (spec.mean, spec.std))
     root = os.path.expanduser(str(root))
     cls = getattr(tvd, spec.cls_name)
@@ -106,7 +123,10 @@ def _load(spec: _Spec, root: str, augment: bool | None, normalize="dataset", dow
                                            "test_list": [[f, None] for f, _ in cls.test_list],
                                            "meta": {**cls.meta, "md5": None}})
     try:
-        train, test = cls(root, train=True, download=download), cls(root, train=False, download=download)
+        if fake:  # no files: the pipeline end to end on random images of the real shapes and sizes
+            train, test = _fake(spec, 50_000, 0), _fake(spec, 10_000, 1)
+        else:
+            train, test = cls(root, train=True, download=download), cls(root, train=False, download=download)
     except RuntimeError as err:
         raise ConfigError(
             "root", f"{spec.cls_name} not found under {root!r} (torchvision looks for "

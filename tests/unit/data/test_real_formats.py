@@ -74,3 +74,33 @@ def test_experiment_runs_on_tiny_real_format_data(experiment, writer, extra, tmp
     lines = (run / "metrics.csv").read_text().splitlines()
     assert len(lines) == 3  # header + 2 evaluated rounds
     assert (run / "summary.json").exists()
+
+
+def test_fake_cifar_needs_no_files_has_the_real_shapes_and_is_seeded(tmp_path):
+    """``data.fake=true``: CIFAR's shapes and sizes from a fixed seed, nothing read from ``root``; the same images
+    every time; a run's config hash with ``fake: false`` is the hash it had before the key existed."""
+    import torch
+    from omegaconf import OmegaConf
+
+    from fl_lightning.build import config_hash
+    from fl_lightning.data.vision import cifar10, cifar100
+
+    train, test, info = cifar100(str(tmp_path / "nothing_here"), fake=True)
+    assert tuple(train.tensors["x"].shape) == (50_000, 3, 32, 32) and tuple(test.tensors["x"].shape) == (10_000, 3, 32, 32)
+    assert info.num_classes == 100 and int(train.tensors["y"].max()) < 100 and train.tensors["x"].dtype == torch.uint8
+    again, _, _ = cifar10(str(tmp_path), fake=True)
+    first, _, _ = cifar10(str(tmp_path), fake=True)
+    assert torch.equal(again.tensors["x"], first.tensors["x"]) and not os.listdir(tmp_path)
+    base = OmegaConf.create({"data": {"name": "cifar10", "batch_size": 32}, "fl": {"rounds": 3}})
+    with_key = OmegaConf.create({"data": {"name": "cifar10", "batch_size": 32, "fake": False}, "fl": {"rounds": 3}})
+    assert config_hash(base) == config_hash(with_key)
+    assert config_hash(OmegaConf.merge(base, {"data": {"fake": True}})) != config_hash(base)
+
+
+def test_fake_cifar_runs_an_experiment_end_to_end(tmp_path):
+    code, err = cli_in_process(["data=cifar10", "data.fake=true", "model=cnn_fedavg", "fl.rounds=1", "fl.local_steps=2",
+                                "fl.num_clients=4", "fl.clients_per_round=2", "trainer.progress=false",
+                                "trainer.accelerator=cpu"], tmp_path / "run")
+    assert code == 0, err
+    code, err = cli_in_process(["data=cifar10", "data.fake=maybe"], tmp_path / "bad")
+    assert code == 2 and "data.fake" in err.strip().splitlines()[-1], err
