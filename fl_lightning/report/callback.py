@@ -40,7 +40,7 @@ class ReportWhenDone(Callback):
                  plots: bool = True, round_means: list[str] | None = None, stat: str = "mean",
                  blowup: float | None = None, metrics: list[str] | None = None, publish: bool = False) -> None:
         self.out, self.name, self.by, self.select, self.target = out, name, list(by or ["method"]), select, target
-        self.publish = bool(publish)
+        self.publish = publish  # checked at the sweep's start (a non-bool is one line there, not a silent true)
         self.title, self.about, self.plots, self.round_means = title, about, plots, list(round_means or [])
         self.stat, self.blowup, self.metrics = stat, blowup, list(metrics or [])
 
@@ -56,11 +56,11 @@ class ReportWhenDone(Callback):
         from . import report
 
         again = f"python -m fl_lightning.report {shlex.quote(sweep_dir)} --declared   # again, from the runs on disk"
-        out = self.out if self.publish else sweep_dir
+        out = self.out if self.publish is True else sweep_dir
         rows = report([sweep_dir], out, self.by, self.select, self.target, self.plots, self.name, self.title,
                       f"{self.command(config)}\n    {again}", self.about, self.round_means, stat=self.stat,
                       blowup=self.blowup, metrics=self.metrics)
-        where = "" if self.publish else (f" (the sweep's own folder; {self.out}/{self.name}.md is rewritten only with "
+        where = "" if self.publish is True else (f" (the sweep's own folder; {self.out}/{self.name}.md is rewritten only with "
                                          "hydra.callbacks.report.publish=true)")
         from .write import print_table
 
@@ -70,6 +70,11 @@ class ReportWhenDone(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         """A publishing sweep must run the experiment as declared: refused, before any job, if it changes a result."""
+        if not isinstance(self.publish, bool):
+            print(f"error: hydra.callbacks.report.publish: expected true or false, got {self.publish!r}; fix: set it "
+                  "to true (rewrite the published page) or false (the report goes into the sweep's folder)",
+                  file=sys.stderr)
+            sys.exit(2)
         if not self.publish:
             return
         changed = result_overrides(config)

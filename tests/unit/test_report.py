@@ -290,3 +290,16 @@ def test_a_mistyped_option_is_one_line_with_the_closest_and_val_without_a_split_
     assert main([str(fakes), "--select", "val_acc", "--no-plots"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "data.val_fraction" in err[0] and "closest: test_acc" not in err[0], err
+
+
+@pytest.mark.parametrize("value", ["maybe", None, 1])
+def test_publish_must_be_true_or_false(value, tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from fl_lightning.report.callback import ReportWhenDone
+
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}, "overrides": {"hydra": [], "task": []}}})
+    with pytest.raises(SystemExit) as e:
+        ReportWhenDone(out=str(tmp_path / "p"), publish=value).on_multirun_start(cfg)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: hydra.callbacks.report.publish:")
