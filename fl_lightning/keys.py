@@ -69,8 +69,6 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
             return str(parent._get_node(k)._value())
 
     def walk(n, path: str) -> None:
-        target = n.get("_target_") if OmegaConf.is_dict(n) else None
-        info = _target_info(target) if isinstance(target, str) else None
         for k in n.keys() if OmegaConf.is_dict(n) else ():
             full = f"{path}.{k}" if path else str(k)
             child = n._get_node(k)
@@ -84,45 +82,33 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
             if OmegaConf.is_dict(child) and not child._is_missing() and not child._is_none():
                 walk(child, full)
                 continue
-            if full in schema:
-                f = schema[full]
-                out.append((full, f.metadata["kind"], value(n, k), f.metadata["help"]))
-                continue
-            kind, help_ = "", ""
-            if info is not None and info[1] is not None and k in info[1].parameters:
-                p = info[1].parameters[k]
-                has = p.default is not p.empty
-                meta = arg_meta(info[2].get(k), p.default if has else None, has)
-                kind = _describe(meta) if meta else ""
-                help_ = f"argument of {target}"
-            elif info is not None:
-                help_ = f"read by {target}'s caller, not its constructor"
-            elif full in feeds:
-                meta, where = feeds[full]
-                kind, help_ = _describe(meta), f"sets {where}"
-            out.append((full, kind, value(n, k), help_))
+            out.append(leaf(n, k, full))
+
+    def leaf(n, k, full: str) -> tuple[str, str, str, str]:
+        """One key: the schema's description, else its target's annotation, else the argument it feeds."""
+        if full in schema:
+            f = schema[full]
+            return full, f.metadata["kind"], value(n, k), f.metadata["help"]
+        target = n.get("_target_") if OmegaConf.is_dict(n) else None
+        info = _target_info(target) if isinstance(target, str) else None
+        kind, help_ = "", ""
+        if info is not None and info[1] is not None and k in info[1].parameters:
+            p = info[1].parameters[k]
+            has = p.default is not p.empty
+            meta = arg_meta(info[2].get(k), p.default if has else None, has)
+            kind, help_ = (_describe(meta) if meta else ""), f"argument of {target}"
+        elif info is not None:
+            help_ = f"read by {target}'s caller, not its constructor"
+        elif full in feeds:
+            meta, where = feeds[full]
+            kind, help_ = _describe(meta), f"sets {where}"
+        return full, kind, value(n, k), help_
 
     if OmegaConf.is_dict(node):
         walk(node, prefix)
     else:
-        parent, _, leaf = prefix.rpartition(".")
-        pnode = OmegaConf.select(cfg, parent) if parent else cfg
-        walk_one = {leaf: None}
-        for k in walk_one:
-            full = prefix
-            if full in schema:
-                f = schema[full]
-                out.append((full, f.metadata["kind"], value(pnode, k), f.metadata["help"]))
-            else:
-                target = pnode.get("_target_") if OmegaConf.is_dict(pnode) else None
-                info = _target_info(target) if isinstance(target, str) else None
-                kind, help_ = "", ""
-                if info is not None and info[1] is not None and k in info[1].parameters:
-                    p = info[1].parameters[k]
-                    has = p.default is not p.empty
-                    meta = arg_meta(info[2].get(k), p.default if has else None, has)
-                    kind, help_ = (_describe(meta) if meta else ""), f"argument of {target}"
-                out.append((full, kind, value(pnode, k), help_))
+        parent, _, k = prefix.rpartition(".")
+        out.append(leaf(OmegaConf.select(cfg, parent) if parent else cfg, k, prefix))
     return out
 
 
