@@ -93,14 +93,6 @@ def with_correction(d: Tensor, correction: Tensor | None) -> Tensor:
     return d if correction is None else d + correction
 
 
-def muon_direction(grad: Tensor, momentum: Tensor, beta: float, *, style: str = "ema_beta", nesterov: bool = True,
-                   correction: Tensor | None = None) -> Tensor:
-    """The direction of one parameter: the momentum line in place on ``momentum`` (:func:`momentum_update`), then
-    D + C (:func:`with_correction`). Muon params take it through the LMO (:func:`muon_update`); Muon's aux
-    momentum-SGD params step along it as it is."""
-    return with_correction(momentum_update(grad, momentum, style, beta, nesterov), correction)
-
-
 def lmo_update(directions: Sequence[Tensor], *, lmo: str = "spectral", scale_mode: str = "spectral",
                ns_steps: int = 5, ns_coeffs: str | tuple = "muon", ns_method: str = "ns", ns_eps: float = 1e-7,
                ns_dtype: torch.dtype | str | None = None, ns_batching: str = "auto") -> list[tuple[Tensor, float]]:
@@ -123,7 +115,7 @@ def muon_update(grads: Sequence[Tensor], momenta: Sequence[Tensor], beta: float 
                 ns_eps: float = 1e-7, ns_dtype: torch.dtype | str | None = None,
                 ns_batching: str = "auto") -> list[tuple[Tensor, float]]:
     """The Muon update of a list of matrices (Keller Jordan's ``muon_update``, for many matrices at once): updates
-    each of ``momenta`` in place (:func:`muon_direction`, with ``corrections[i]`` added to the i-th direction) and
+    each of ``momenta`` in place (:func:`momentum_update_foreach`, then ``corrections[i]`` added to the i-th direction) and
     returns (O, s) per matrix (:func:`lmo_update`), applied as X ← X·(1 − lr·wd) − (lr·s)·O:
     ``decoupled_step(p, O, lr, lr * s, wd)``. The scale s is folded into the learning rate rather than multiplied
     into O. ``Muon.step`` calls this once per group of Muon params; ``grads`` are not modified."""
@@ -131,7 +123,7 @@ def muon_update(grads: Sequence[Tensor], momenta: Sequence[Tensor], beta: float 
         corrections = [None] * len(grads)
     if not (len(grads) == len(momenta) == len(corrections)):
         raise ValueError(f"{len(grads)} gradients, {len(momenta)} momenta and {len(corrections)} corrections")
-    # the momentum line and the corrections for all matrices at once (muon_direction's arithmetic, equal bits)
+    # the momentum line and the corrections for all matrices at once (momentum_update's arithmetic, equal bits)
     directions = with_corrections(momentum_update_foreach(grads, momenta, style, beta, nesterov), corrections)
     return lmo_update(directions, lmo=lmo, scale_mode=scale_mode, ns_steps=ns_steps, ns_coeffs=ns_coeffs,
                       ns_method=ns_method, ns_eps=ns_eps, ns_dtype=ns_dtype, ns_batching=ns_batching)
