@@ -115,8 +115,8 @@ def muon_update(grads: Sequence[Tensor], momenta: Sequence[Tensor], beta: float 
                 ns_eps: float = 1e-7, ns_dtype: torch.dtype | str | None = None,
                 ns_batching: str = "auto") -> list[tuple[Tensor, float]]:
     """The Muon update of a list of matrices (Keller Jordan's ``muon_update``, for many matrices at once): updates
-    each of ``momenta`` in place (:func:`momentum_update_foreach`, then ``corrections[i]`` added to the i-th direction) and
-    returns (O, s) per matrix (:func:`lmo_update`), applied as X ← X·(1 − lr·wd) − (lr·s)·O:
+    each of ``momenta`` in place (:func:`momentum_update_foreach`, then ``corrections[i]`` added to the i-th
+    direction) and returns (O, s) per matrix (:func:`lmo_update`), applied as X ← X·(1 − lr·wd) − (lr·s)·O:
     ``decoupled_step(p, O, lr, lr * s, wd)``. The scale s is folded into the learning rate rather than multiplied
     into O. ``Muon.step`` calls this once per group of Muon params; ``grads`` are not modified."""
     if corrections is None:

@@ -161,21 +161,6 @@ class SOAP(torch.optim.Optimizer):
                 st[f"Q{i}"] = torch.eye(n, device=p.device, dtype=dt)
         return st
 
-    def _update_factors(self, p: Tensor, g: Tensor, group: dict) -> None:
-        st, beta = self.state[p], self._shampoo_beta(group)
-        for i, f in enumerate(self._dims(p, group)):
-            if f:
-                GG = st[f"GG{i}"]
-                others = [d for d in range(g.dim()) if d != i]
-                gg = g.to(GG.dtype)
-                GG.lerp_(torch.tensordot(gg, gg, dims=[others, others]), 1 - beta)
-
-    def _refresh_eigh(self, p: Tensor, group: dict) -> None:
-        st = self.state[p]
-        for i, f in enumerate(self._dims(p, group)):
-            if f:
-                st[f"Q{i}"] = eigenbasis(st[f"GG{i}"])
-
     def _refresh_qr(self, p: Tensor, group: dict) -> None:
         st = self.state[p]
         V = st["exp_avg_sq"]
@@ -244,13 +229,13 @@ class SOAP(torch.optim.Optimizer):
         return loss
 
     def _refresh_eigh_many(self, ps: list[Tensor], group: dict) -> None:
-        """``_refresh_eigh`` of many params, same-shape factors in one batched ``eigh`` (:func:`eigenbases`)."""
+        """Q ← eigh of each factor of each param, same-shape factors in one batched ``eigh`` (:func:`eigenbases`)."""
         slots = [(self.state[p], f"Q{i}", f"GG{i}") for p in ps for i, f in enumerate(self._dims(p, group)) if f]
         for (st, q, _), Q in zip(slots, eigenbases([st[gg] for st, _, gg in slots])):
             st[q] = Q
 
     def _update_factors_many(self, ps: list[Tensor], gs: list[Tensor], group: dict) -> None:
-        """``_update_factors`` of many params: L ← β_s L + (1−β_s) G Gᵀ, R likewise, same-shape matrices' G Gᵀ and
+        """L ← β_s L + (1−β_s) G Gᵀ, R likewise (each factor of each param), same-shape matrices' G Gᵀ and
         Gᵀ G as batched matmuls, every lerp in one multi-tensor op."""
         beta = self._shampoo_beta(group)
         factors, products = [], []
