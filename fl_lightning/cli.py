@@ -346,7 +346,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
             if not resume:
                 guard_fresh_run(run_dir, flag(cfg, "overwrite"))
         set_enabled(flag(cfg, "trainer.progress", default=True))  # also for what runs before the loop (pre-training)
-        peers.set_run(run_dir, lambda: loop and loop.checkpointer.last, lambda: loop and loop.round + 1)
+        peers.set_run(run_dir, lambda: loop and loop.checkpointer.newest(), lambda: loop and loop.round + 1)
         loop = build(cfg, run_dir, checked=not resume, resume=resume)  # check() ran above (a resumed config: on the saved one)
         signals.set_phase("restoring the checkpoint" if resume else "setting up the strategy")
         loop.setup(resume=resume, force=force)

@@ -211,7 +211,7 @@ class FederatedLoop:
         the client steps did (the clients' lr); already not finite there, the server's step of an earlier round did
         (the server's lr), or, in round 1, the initial model or the data."""
         c = self.config
-        last = self.checkpointer.last
+        last = self.checkpointer.newest()
         where = f"; last good checkpoint: {last}" if last else "; no checkpoint was written yet"
         head = f"training loss became {mean_loss} at round {r + 1}, client {cid}"
         if math.isfinite(first_loss):

@@ -5,6 +5,8 @@ import re
 import threading
 from typing import Callable
 
+from .format import list_checkpoints
+
 class _CheckpointerBase:
     """Where and for whom checkpoints are written (see :class:`fl_lightning.checkpoint.Checkpointer`)."""
 
@@ -24,6 +26,13 @@ class _CheckpointerBase:
         # per per-rank object: the checkpoint holding each client's saved state, the SHA-256 of those checkpoints'
         # client files and how many clients each file holds
         self._index: dict[str, tuple[dict[int, str], dict[str, str], dict[str, int]]] = {}
+
+    def newest(self) -> str | None:
+        """The newest complete checkpoint of this run: the one this process wrote or loaded last, or a newer one on
+        disk (rank 0 renames a checkpoint into place before the others pass the barrier that tells them, so a peer
+        lost in between leaves a complete checkpoint this process has not heard of)."""
+        found = list_checkpoints(self.root)
+        return found[-1] if found else self.last
 
     def _stem(self, name: str, rank: int | None = None) -> str:
         return f"{name}.rank{self.rank if rank is None else rank}" if name in self.per_rank else name

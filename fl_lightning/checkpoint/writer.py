@@ -184,6 +184,7 @@ class CheckpointWriter(_CheckpointerBase):
             move_aside(job.final)
         os.replace(job.tmp, job.final)
         _fsync(self.root)
+        self.last = job.final  # complete on disk, whether or not the other processes reach the barrier after it
         if self.keep_last > 0:
             self._prune()
 

@@ -131,3 +131,26 @@ def test_a_plain_file_among_the_checkpoints_is_skipped_with_one_line(tmp_path, c
     assert (ck / "round_000003.stray").read_text() == "not a checkpoint" and (ck / "round_000003").is_dir()
     again = build_loop(OV + ["fl.rounds=5"], d, resume=str(d))  # a later resume: the newest good one, no traceback
     assert again.round == 4
+
+
+def test_a_peer_lost_after_the_rename_still_names_the_checkpoint_on_disk(tmp_path):
+    """Rank 0 of 2 renames the checkpoint into place, then its peer is lost at the barrier after it: the checkpoint
+    is complete, and the one line the survivor prints (``newest``) names it; so does a checkpointer that never wrote
+    it (the other rank's view)."""
+    from fl_lightning.checkpoint import Checkpointer, TensorDict
+
+    calls = []
+
+    def barrier():
+        calls.append(1)
+        if len(calls) == 3:  # the barrier after rank 0's commit
+            raise RuntimeError("Connection reset by peer")
+
+    root = str(tmp_path / "ck")
+    ck = Checkpointer(root, rank=0, world_size=2, barrier=barrier, per_rank=())
+    with pytest.raises(RuntimeError, match="reset by peer"):
+        ck.save(1, {"model": TensorDict({"w": torch.arange(3.0)})})
+    path = os.path.join(root, "round_000001")
+    assert os.path.isdir(path) and ck.newest() == path
+    assert Checkpointer(root, rank=1, world_size=2).newest() == path
+    assert Checkpointer(str(tmp_path / "none")).newest() is None
