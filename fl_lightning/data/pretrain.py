@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from .text import load_tokenizer, tokenize
+from .text import load_tokenizer, no_hf_progress_bars, tokenize
 
 log = logging.getLogger("fl_lightning")
 
@@ -96,17 +96,10 @@ def mlm_pretrain(tok_dir: str, texts: list[str], out_dir: str, *, hidden_size: i
             torch.set_num_threads(old_threads)
         log.info("pydoc_topics MLM pre-training: %d steps in %.0f s, final loss %.3f", steps,
                  time.perf_counter() - start, loss)
-    from transformers.utils import logging as hf_logging
-
-    tmp, bars = out_dir, hf_logging.is_progress_bar_enabled()  # the caller publishes it (fl_lightning/data/cache.py)
-    hf_logging.disable_progress_bar()  # no "Writing model shards" bar in the log
-    try:
-        model.save_pretrained(tmp)
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-    tok.save_pretrained(tmp)
-    with open(os.path.join(tmp, "fl_lightning_pretraining.json"), "w") as f:
+    with no_hf_progress_bars():  # no "Writing model shards" bar (the caller publishes out_dir: data/cache.py)
+        model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    with open(os.path.join(out_dir, "fl_lightning_pretraining.json"), "w") as f:
         json.dump({"pretrained": bool(train), "recipe": RECIPE, "steps": int(steps) if train else 0,
                    "corpus": "pydoc_data.topics without the test sentences", "batch_size": batch_size, "lr": lr,
                    "mask_prob": mask_prob, "max_length": max_length}, f)

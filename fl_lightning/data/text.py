@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from typing import Sequence
 
 import torch
@@ -31,6 +32,21 @@ def hf_offline(offline: bool) -> None:
     """Keep the Hugging Face hub offline (``HF_HUB_OFFLINE=1``) unless the user opted in (``hub_offline=false``)."""
     if offline:
         os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+@contextmanager
+def no_hf_progress_bars():
+    """transformers' own progress bars off for the block (``Loading weights``, ``Writing model shards``: a run draws
+    only its own progress), as they were after it."""
+    from transformers.utils import logging as hf_logging
+
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def load_tokenizer(path: str, arg: str = "tokenizer_path", offline: bool = True, hint: str = ""):

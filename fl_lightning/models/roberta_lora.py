@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from ..data.info import DataInfo
-from ..data.text import hf_offline
+from ..data.text import hf_offline, no_hf_progress_bars
 from ..errors import ConfigError
 from ..ranges import Positive, Range
 from ._args import Dropout, fraction, lora_args
@@ -77,9 +77,10 @@ def load_backbone(path: str, num_labels: int, offline: bool = True) -> nn.Module
     level = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()  # "classifier weights newly initialized" is the point here
     try:
-        model, report = AutoModelForSequenceClassification.from_pretrained(
-            path, num_labels=int(num_labels), local_files_only=bool(offline), trust_remote_code=False,
-            ignore_mismatched_sizes=True, output_loading_info=True)
+        with no_hf_progress_bars():  # transformers 5's "Loading weights" bar
+            model, report = AutoModelForSequenceClassification.from_pretrained(
+                path, num_labels=int(num_labels), local_files_only=bool(offline), trust_remote_code=False,
+                ignore_mismatched_sizes=True, output_loading_info=True)
     except Exception as err:  # noqa: BLE001 - any failure is a path to fix
         raise ConfigError("pretrained_path", f"no model loads from {path!r} ({type(err).__name__}: "
                           f"{' '.join(str(err).split())[:160]})", WEIGHTS_HINT) from None

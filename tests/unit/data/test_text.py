@@ -121,6 +121,24 @@ def test_frozen_backbone_and_fresh_head(files):
     assert len(net.backbone_fingerprint) == 16
 
 
+def test_loading_the_backbone_draws_no_bar_of_transformers(files, capfd):
+    """transformers 5 draws ``Loading weights: 100%|...`` while it loads; a run shows only its own progress, and
+    transformers' bars are as they were afterwards (on, then off)."""
+    from transformers.utils import logging as hf_logging
+
+    from fl_lightning.data.info import DataInfo
+    from fl_lightning.models.roberta_lora import roberta_lora
+
+    capfd.readouterr()
+    for enabled in (True, False):
+        (hf_logging.enable_progress_bar if enabled else hf_logging.disable_progress_bar)()
+        roberta_lora(DataInfo(num_classes=2), str(files / "roberta"))
+        assert hf_logging.is_progress_bar_enabled() is enabled
+    hf_logging.enable_progress_bar()
+    out, err = capfd.readouterr()
+    assert "Loading weights" not in out + err and "%|" not in out + err, (out + err)[-500:]
+
+
 @pytest.mark.parametrize("path, needle", [(None, "model.net.pretrained_path: is not set"),
                                           ("/nowhere/roberta-base", "model.net.pretrained_path: no directory /nowhere/roberta-base")])
 def test_missing_backbone_is_one_config_error(files, tmp_path, path, needle):
