@@ -15,6 +15,8 @@ images converted to RGB). Training batches get the authors' RandomCrop(64, paddi
 are normalised with the Tiny-ImageNet statistics of seed 004's code, mean (0.4802, 0.4481, 0.3975), std (0.2302,
 0.2265, 0.2262) (their test transform used CIFAR's statistics and a random crop, a quirk not copied:
 decision 004/AMBIG-21). A missing file is a one-line error naming the file and where it goes. No download.
+``fake``: no files, random pixels and labels of the real shapes and sizes (100,000 / 10,000 images of
+``image_size``², 200 classes; fixed seeds, as :func:`~fl_lightning.data.vision.cifar10`'s), to try a pipeline offline.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from ..ranges import Range
 from .augment import ImageTransform
 from .info import DataInfo
 from .tensors import TensorSet
-from .vision import Normalize, check_augment, mean_std
+from .vision import Normalize, check_augment, check_fake, fake_images, mean_std
 
 FOLDER = "tiny-imagenet-200"
 MEAN_STD = ((0.4802, 0.4481, 0.3975), (0.2302, 0.2265, 0.2262))
@@ -71,11 +73,23 @@ def _side(image_size) -> int:
 
 
 def tiny_imagenet(root: str, augment: bool | None = None, normalize: Normalize = "dataset",
-                  image_size: Annotated[int, Range(1, 1 << 12)] = 64):
-    """(train, test, info) from the folder layout above; ``image_size`` is the side every image must have (64)."""
+                  image_size: Annotated[int, Range(1, 1 << 12)] = 64, fake: bool = False):
+    """(train, test, info) from the folder layout above; ``image_size`` is the side every image must have (64);
+    ``fake``: see the module docstring."""
     check_augment(augment)
+    check_fake(fake)
     mean, std = mean_std(normalize, MEAN_STD)
     size = _side(image_size)
+    aug = True if augment is None else augment
+
+    def to_set(x: np.ndarray, labels, a: bool) -> TensorSet:
+        x = torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()
+        return TensorSet({"x": x, "y": torch.tensor(labels, dtype=torch.long)}, ImageTransform(mean, std, a))
+
+    if fake:
+        train, test = (fake_images(n, (size, size, 3), 200, seed) for seed, n in enumerate((100_000, 10_000)))
+        return (to_set(train.data, train.targets, aug), to_set(test.data, test.targets, False),
+                DataInfo(input_shape=(3, size, size), num_classes=200))
     base = os.path.expanduser(str(root))
     if not os.path.isfile(os.path.join(base, "wnids.txt")):
         base = os.path.join(base, FOLDER)
@@ -106,12 +120,5 @@ def tiny_imagenet(root: str, augment: bool | None = None, normalize: Normalize =
             te_labels.append(label[cols[1]])
     if not tr_paths or not te_paths:
         raise ConfigError("root", f"no {'training' if not tr_paths else 'validation'} images under {base}", _FIX)
-
-    aug = True if augment is None else augment
-
-    def to_set(paths, labels, a: bool) -> TensorSet:
-        x = torch.from_numpy(_read_images(paths, size)).permute(0, 3, 1, 2).contiguous()
-        return TensorSet({"x": x, "y": torch.tensor(labels, dtype=torch.long)}, ImageTransform(mean, std, a))
-
-    return (to_set(tr_paths, tr_labels, aug), to_set(te_paths, te_labels, False),
+    return (to_set(_read_images(tr_paths, size), tr_labels, aug), to_set(_read_images(te_paths, size), te_labels, False),
             DataInfo(input_shape=(3, size, size), num_classes=len(wnids)))

@@ -34,12 +34,16 @@ class _Spec(NamedTuple):
     num_classes: int
     folder: str            # what torchvision looks for under root
     augment: bool          # default: crop + flip (the seeds' CIFAR recipe)
+    sizes: tuple           # (train, test) images
+    shape: tuple           # one image as torchvision holds it: (H, W, C), (H, W) for grey
 
 
-_CIFAR10 = _Spec("CIFAR10", (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 10, "cifar-10-batches-py", True)
-_CIFAR100 = _Spec("CIFAR100", (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), 100, "cifar-100-python", True)
-_FASHION_MNIST = _Spec("FashionMNIST", (0.2860,), (0.3530,), 10, "FashionMNIST/raw", False)
-_MNIST = _Spec("MNIST", (0.1307,), (0.3081,), 10, "MNIST/raw", False)
+_CIFAR10 = _Spec("CIFAR10", (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), 10, "cifar-10-batches-py", True,
+                 (50_000, 10_000), (32, 32, 3))
+_CIFAR100 = _Spec("CIFAR100", (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), 100, "cifar-100-python", True,
+                  (50_000, 10_000), (32, 32, 3))
+_FASHION_MNIST = _Spec("FashionMNIST", (0.2860,), (0.3530,), 10, "FashionMNIST/raw", False, (60_000, 10_000), (28, 28))
+_MNIST = _Spec("MNIST", (0.1307,), (0.3081,), 10, "MNIST/raw", False, (60_000, 10_000), (28, 28))
 
 
 IMAGENET_MEAN_STD = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
@@ -60,23 +64,31 @@ def cifar100(root: str, augment: bool | None = None, normalize: Normalize = "dat
     return _load(_CIFAR100, root, augment, normalize, download, fake)
 
 
-def _fake(spec: "_Spec", n: int, seed: int):
-    """A stand-in for a torchvision CIFAR set: ``n`` random 32x32x3 uint8 images and labels from a fixed seed."""
+def fake_images(n: int, shape: tuple, num_classes: int, seed: int):
+    """A stand-in for an image set (``data.fake``): ``n`` random uint8 images of ``shape`` and their labels (uniform
+    over ``num_classes``) from ``seed``, as a torchvision set holds them (``.data``, ``.targets``)."""
     from types import SimpleNamespace
 
     rng = np.random.default_rng(seed)
-    return SimpleNamespace(data=rng.integers(0, 256, (n, 32, 32, 3), dtype=np.uint8),
-                           targets=rng.integers(0, spec.num_classes, n).tolist())
+    return SimpleNamespace(data=rng.integers(0, 256, (n, *shape), dtype=np.uint8),
+                           targets=rng.integers(0, num_classes, n).tolist())
 
 
-def fashion_mnist(root: str, augment: bool | None = None, download: bool = False):
-    """Fashion-MNIST (Xiao et al. 2017): 60,000 / 10,000 28x28 grey images, 10 classes; no augmentation by default."""
-    return _load(_FASHION_MNIST, root, augment, "dataset", download)
+def check_fake(fake) -> None:
+    if not isinstance(fake, bool):
+        raise ConfigError("fake", f"must be true or false, got {fake!r}", "leave it false (the real files)")
 
 
-def mnist(root: str, augment: bool | None = None, download: bool = False):
-    """MNIST (LeCun et al. 1998): 60,000 / 10,000 28x28 grey images, 10 classes; no augmentation by default."""
-    return _load(_MNIST, root, augment, "dataset", download)
+def fashion_mnist(root: str, augment: bool | None = None, download: bool = False, fake: bool = False):
+    """Fashion-MNIST (Xiao et al. 2017): 60,000 / 10,000 28x28 grey images, 10 classes; no augmentation by default.
+    ``fake``: as for :func:`cifar10`."""
+    return _load(_FASHION_MNIST, root, augment, "dataset", download, fake)
+
+
+def mnist(root: str, augment: bool | None = None, download: bool = False, fake: bool = False):
+    """MNIST (LeCun et al. 1998): 60,000 / 10,000 28x28 grey images, 10 classes; no augmentation by default.
+    ``fake``: as for :func:`cifar10`."""
+    return _load(_MNIST, root, augment, "dataset", download, fake)
 
 
 def mean_std(normalize, own: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
@@ -113,8 +125,7 @@ def _load(spec: _Spec, root: str, augment: bool | None, normalize="dataset", dow
     check_augment(augment)
     if not isinstance(download, bool):
         raise ConfigError("download", f"must be true or false, got {download!r}", "leave it false (the files are read from root)")
-    if not isinstance(fake, bool):
-        raise ConfigError("fake", f"must be true or false, got {fake!r}", "leave it false (the real files)")
+    check_fake(fake)
     mean, std = mean_std(normalize, (spec.mean, spec.std))
     root = os.path.expanduser(str(root))
     cls = getattr(tvd, spec.cls_name)
@@ -124,7 +135,7 @@ def _load(spec: _Spec, root: str, augment: bool | None, normalize="dataset", dow
                                            "meta": {**cls.meta, "md5": None}})
     try:
         if fake:  # no files: the pipeline end to end on random images of the real shapes and sizes
-            train, test = _fake(spec, 50_000, 0), _fake(spec, 10_000, 1)
+            train, test = (fake_images(n, spec.shape, spec.num_classes, seed) for seed, n in enumerate(spec.sizes))
         else:
             train, test = cls(root, train=True, download=download), cls(root, train=False, download=download)
     except RuntimeError as err:

@@ -104,3 +104,58 @@ def test_fake_cifar_runs_an_experiment_end_to_end(tmp_path):
     assert code == 0, err
     code, err = cli_in_process(["data=cifar10", "data.fake=maybe"], tmp_path / "bad")
     assert code == 2 and "data.fake" in err.strip().splitlines()[-1], err
+
+
+@pytest.mark.parametrize("name, shape, sizes, classes", [
+    ("mnist", (1, 28, 28), (60_000, 10_000), 10),
+    ("fashion_mnist", (1, 28, 28), (60_000, 10_000), 10),
+    ("tiny_imagenet", (3, 64, 64), (100_000, 10_000), 200),
+])
+def test_fake_image_sets_need_no_files_have_the_real_shapes_and_are_seeded(tmp_path, name, shape, sizes, classes):
+    """``data.fake=true`` for the other image sets that need files: the real shapes, sizes and classes, nothing read
+    from ``root``, the training images numpy's ``default_rng(0)`` draws (the test set's ``default_rng(1)``)."""
+    import torch
+    from hydra.utils import get_method
+    from omegaconf import OmegaConf
+
+    from fl_lightning.build import config_hash
+    from tests.helpers.cli import CONF, make_cfg
+
+    node = OmegaConf.load(os.path.join(CONF, "data", f"{name}.yaml"))
+    assert node.fake is False
+    cfg = make_cfg([f"data={name}"])
+    before = OmegaConf.to_container(cfg)  # the config as it was before the key existed: the same hash
+    del before["data"]["fake"]
+    assert config_hash(cfg) == config_hash(OmegaConf.create(before))
+    load = get_method(node._target_)
+    train, test, info = load(str(tmp_path / "nothing_here"), fake=True)
+    assert not os.listdir(tmp_path)
+    assert tuple(train.tensors["x"].shape) == (sizes[0], *shape) and tuple(test.tensors["x"].shape) == (sizes[1], *shape)
+    assert info.input_shape == shape and info.num_classes == classes
+    for s in (train, test):
+        y = s.tensors["y"]
+        assert s.tensors["x"].dtype == torch.uint8 and int(y.min()) == 0 and int(y.max()) == classes - 1
+    hwc = (*shape[1:], shape[0]) if shape[0] == 3 else shape[1:]
+    want = torch.from_numpy(np.random.default_rng(1).integers(0, 256, (sizes[1], *hwc), dtype=np.uint8))
+    want = want.permute(0, 3, 1, 2) if shape[0] == 3 else want.unsqueeze(1)
+    assert torch.equal(test.tensors["x"], want)
+    if name == "tiny_imagenet":  # image_size sets the side; the same images every time
+        small, _, info = load(str(tmp_path), image_size=8, fake=True)
+        again, _, _ = load(str(tmp_path), image_size=8, fake=True)
+        assert tuple(small.tensors["x"].shape) == (100_000, 3, 8, 8) and info.input_shape == (3, 8, 8)
+        assert torch.equal(small.tensors["x"], again.tensors["x"]) and torch.equal(small.tensors["y"], again.tensors["y"])
+
+
+@pytest.mark.parametrize("data", ["mnist", "fashion_mnist", "tiny_imagenet"])
+def test_a_fake_that_is_not_a_bool_is_one_line(tmp_path, data):
+    for bad in ("maybe", "null", "1"):
+        code, err = cli_in_process([f"data={data}", f"data.fake={bad}", *SMALL], tmp_path / bad)
+        last = err.strip().splitlines()[-1]
+        assert code == 2 and last.startswith("error: ") and "data.fake: " in last and "true or false" in last, err
+        assert "Traceback" not in err
+
+
+def test_fake_fashion_mnist_runs_an_experiment_end_to_end(tmp_path):
+    code, err = cli_in_process(["experiment=fedmuon_bc_fmnist", "data.fake=true", *SMALL], tmp_path / "run")
+    assert code == 0, err[-3000:]
+    assert len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) == 3
