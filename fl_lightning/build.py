@@ -50,7 +50,7 @@ def validate(cfg: DictConfig, checked: bool = False) -> None:
         check(cfg)
     check_targets(cfg, drop={"data": FEDERATION_KEYS})  # every group built from _target_s (schema.TARGET_GROUPS)
     if cfg.get("paper") is not None:  # the report reads it after the runs: a malformed block is refused before them
-        read_paper(cfg.paper)  # a PaperError is a ConfigError
+        read_paper(cfg.paper, cfg)  # a PaperError is a ConfigError (a setting key the config lacks, too)
     acc = str(cfg.trainer.accelerator)
     if acc in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError("trainer.accelerator", f"{acc} asked for but no CUDA GPU is visible to this process",

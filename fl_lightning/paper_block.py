@@ -1,6 +1,7 @@
 """A run's ``paper:`` block (:class:`fl_lightning.schema.Root`), read and checked: the paper's numbers and claims
-that ``fl-report`` shows beside the runs (:mod:`fl_lightning.report.paper` explains the block). Here, below the
-report package, so a malformed block is refused before a run without the build importing the report."""
+that ``fl-report`` shows beside the runs, and the setting they hold for (:mod:`fl_lightning.report.paper` explains
+the block). Here, below the report package, so a malformed block is refused before a run without the build importing
+the report."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,9 +10,10 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from .errors import ConfigError, ReportError
+from .schema_check import closest_key
 
 UNITS = ("%", "fraction", None)
-_KEYS = ("source", "metric", "key", "unit", "cells", "ordering", "claims")
+_KEYS = ("source", "metric", "key", "unit", "setting", "cells", "ordering", "claims")
 _CLAIM_KEYS = ("better", "worse", "order", "converges", "where", "text")
 
 
@@ -28,14 +30,37 @@ class Paper:
     cells: list[dict[str, Any]] = field(default_factory=list)
     ordering: list[Any] = field(default_factory=list)
     claims: list[dict[str, Any]] = field(default_factory=list)
+    setting: dict[str, Any] = field(default_factory=dict)  # full config key -> the paper's value (its nulls left out)
+
+
+_ABSENT = object()
+
+
+def _setting(block: dict, config: Any) -> dict[str, Any]:
+    """The block's ``setting`` read; with ``config``, each key must be one of its keys (a null: a key the paper does
+    not fix, e.g. one a parent experiment's block fixes and this table varies)."""
+    setting = block.get("setting") or {}
+    if not isinstance(setting, dict):
+        raise PaperError("paper.setting", f"expected a table, got {setting!r}", "give {FULL.CONFIG.KEY: VALUE, ...}: "
+                         "the keys the paper's table fixes and its values (data.name, model.name, fl.rounds, ...)")
+    for k, v in setting.items():
+        if isinstance(v, (dict, list)):
+            raise PaperError(f"paper.setting.{k}", f"got {v!r}", "give the one value the paper's table has")
+        if config is not None and OmegaConf.select(config, str(k), default=_ABSENT,
+                                                   throw_on_resolution_failure=False) is _ABSENT:
+            near = closest_key(config, str(k))
+            raise PaperError(f"paper.setting.{k}", "no such config key", "name the full key of the composed config"
+                             + (f" (closest: {near})" if near else ""))
+    return {str(k): v for k, v in setting.items() if v is not None}
 
 
 def _tiers_ok(order: Any) -> bool:
     return isinstance(order, list) and len(order) > 0 and not any(isinstance(t, list) and not t for t in order)
 
 
-def read_paper(node: Any) -> Paper | None:
-    """The ``paper:`` block of a run's config (None: the config has none); a malformed block is one line."""
+def read_paper(node: Any, config: Any = None) -> Paper | None:
+    """The ``paper:`` block of a run's config (None: the config has none); a malformed block is one line, and so,
+    given the composed ``config``, is a ``setting`` key it does not have."""
     if node is None:
         return None
     block = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
@@ -76,4 +101,4 @@ def read_paper(node: Any) -> Paper | None:
         if not isinstance(c.get("where", {}), dict):
             raise PaperError(f"{where}.where", f"got {c['where']!r}", "give {KEY: VALUE, ...} of the other --by keys")
     return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), key, block.get("unit"), cells,
-                 ordering, claims)
+                 ordering, claims, _setting(block, config))

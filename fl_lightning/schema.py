@@ -168,8 +168,8 @@ class Root:
     label: Optional[str] = key(None, "the run's name in reports (an experiment's arm, conf/arm/, sets it)", example="FedPAC-SOAP, beta 0.9", result=False)
     paper: Optional[Table] = key(None, "the paper's numbers and claims for an experiment's cells, shown by fl-report beside the "
                      "rows of the runs that carry it (source, metric, key: the run metric compared, unit: '%' | "
-                     "fraction | null, cells: [{KEY: VALUE, value: X}], ordering, claims; fl_lightning/report/"
-                     "paper.py)",
+                     "fraction | null, setting: {CONFIG.KEY: VALUE} the table fixes, cells: [{KEY: VALUE, value: X}], "
+                     "ordering, claims; fl_lightning/report/paper.py)",
                      example="{source: 'seed 002, Table 2', key: test_acc, unit: '%', cells: []}", result=False)
     # config groups: their keys are their targets' arguments (checked by instantiate) and the method's own knobs
     method: Any = None

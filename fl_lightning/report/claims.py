@@ -11,6 +11,9 @@ logged it, else the primary metric). The verdict:
 - ``differs``: a value of a later tier lies entirely above one of an earlier tier (ranges disjoint, the wrong way);
 - ``agrees``: every value lies entirely above every value of the next tier;
 - ``inconclusive``: neither (two ranges overlap), or a value has no row, several rows, or fewer than two runs.
+
+Rows run in another setting than the paper's ``setting`` (:func:`.paper.differs`) are a setting of their own, whose
+claims are ``not compared`` (the line says what differs).
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import math
 import statistics
 from typing import Any
 
-from .paper import Paper, matches, same
+from .paper import Paper, differs, matches, same
 from .table import Row, minimised
 
 
@@ -40,7 +43,8 @@ def _tiers(order: list[Any]) -> list[list[Any]]:
 
 def _setting(row: Row) -> tuple:
     first = list(row.group)[0]
-    return tuple((k, repr(v)) for k, v in row.group.items() if k != first) + tuple(sorted(row.context.items()))
+    return tuple((k, repr(v)) for k, v in row.group.items() if k != first) + tuple(sorted(row.context.items())) + \
+        (differs(row),)
 
 
 def verdict(rows: list[Row], tiers: list[list[Any]], key: str) -> tuple[str, str, list[str]]:
@@ -121,9 +125,13 @@ def claim_lines(rows: list[Row], papers: list[Paper]) -> list[str]:
                 out.append(f"**inconclusive**: {c.get('text') or stated}{tag}: no run where "
                            f"{', '.join(f'{k} = {v}' for k, v in where.items())}.")
             for s in picked:
-                result, reason, shown = verdict(s, tiers, key) if tiers else converges(s, c["converges"])
                 at = ", ".join(f"{k} = {v}" for k, v in [*list(s[0].group.items())[1:],
                                                          *((k, s[0].context[k]) for k in varying)])
+                if differs(s[0]):
+                    out.append(f"**not compared**: {c.get('text') or stated}{tag}{' at ' + at if at else ''}: "
+                               f"setting differs ({differs(s[0])}).")
+                    continue
+                result, reason, shown = verdict(s, tiers, key) if tiers else converges(s, c["converges"])
                 what = f"mean ± std final {key}" if tiers else "runs"
                 ours = f"; ours ({what}): {', '.join(shown)}" if shown else ""
                 out.append(f"**{result}**: {c.get('text') or stated}{tag}{' at ' + at if at else ''}: expected "

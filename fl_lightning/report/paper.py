@@ -6,6 +6,8 @@
       key: test_acc          # the run metric the numbers are compared with: a metrics.csv column (its final value),
                              # or rounds_to_target (the report's rounds to --target)
       unit: "%"              # the paper's unit: "%" (a fraction of ours is shown x 100), fraction, or null (ours)
+      setting: {data.name: cifar10, model.name: cnn_fedsmu, fl.rounds: 4000}   # what the table fixes: full config
+                             # keys and the paper's values (null: not fixed, e.g. a key a parent experiment fixes)
       cells:                 # one per reproduced cell: the keys that pick the row (report keys, as --by takes them)
         - {method: fedavg, value: 55.2}                             # + the paper's number
       ordering: [fedmuon_bc, local_muon, fedavg]   # a claim in every setting: --by's first key's values, best first
@@ -16,7 +18,9 @@
 
 A cell matches a report row when each of its keys has the row's value (numbers compared to 1e-9 relative), for every
 run of the row. Rows never mix runs of two blocks (:func:`.table.summarize`), so each row is compared with its own
-paper. Seed 000 prints no numbers, only orderings: ``ordering`` and ``claims`` state them.
+paper. A row some of whose runs differ from the paper's ``setting`` (a shrunk run, another data set) was run in another
+setting (:func:`differs`): the page shows the paper's number beside it with what differs, and compares neither it nor
+the claims on it. Seed 000 prints no numbers, only orderings: ``ordering`` and ``claims`` state them.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from typing import Any
 
 from ..paper_block import UNITS, Paper, PaperError, read_paper  # noqa: F401 (the report's names for them)
 from ..errors import ReportError
+from .about import values
 from .table import Row
 
 FRACTIONS = ("acc", "f1", "mcc", "frac")  # our metrics whose value is a fraction: test_acc, val_f1, mu_frac, ...
@@ -41,6 +46,19 @@ def same(a: Any, b: Any) -> bool:
 def matches(row: Row, keys: dict[str, Any]) -> bool:
     """Does every run of ``row`` have these keys' values (a ``--by`` key: the row's)?"""
     return all(same(row.group[k] if k in row.group else run.value(k), v) for run in row.runs for k, v in keys.items())
+
+
+def differs(row: Row) -> str:
+    """What sets the row apart from its paper's ``setting``, ``KEY: ours, paper: theirs; ...`` for each key some run of
+    the row has another value of ("": the paper's setting, or no paper)."""
+    if row.paper is None:
+        return ""
+    off = []
+    for k, v in row.paper.setting.items():
+        mine = [run.value(k) for run in row.runs]
+        if not all(same(m, v) for m in mine):
+            off.append(f"{k}: {values(mine)}, paper: {values([v])}")
+    return "; ".join(off)
 
 
 def cell_of(row: Row) -> dict[str, Any] | None:

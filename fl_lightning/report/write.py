@@ -7,7 +7,7 @@ import math
 import os
 
 from .claims import claim_lines
-from .paper import Paper, cell_of, fraction, notes, ours
+from .paper import Paper, cell_of, differs, fraction, notes, ours
 from .table import CONTEXT, Row
 
 _COLS = [("final", "final {m}"), ("best", "best {m}"), ("median", "median final {m}"), ("p90", "90th pct final {m}"),
@@ -55,9 +55,9 @@ def _compared(rows: list[Row]) -> tuple[str, str]:
 
 def markdown(rows: list[Row], target: float | None, plots: list[str], papers: list[Paper] = (),
              title: str | None = None, command: str | None = None, about: str | None = None) -> str:
-    """The report page: title, the command that wrote it, what it is about, the paper's source(s), the table (with
-    each row's own paper's number and ours in its unit where it has one), the notes, the claims' verdicts, the
-    plots."""
+    """The report page: title (and how many rows were run in another setting than their paper's), the command that
+    wrote it, what it is about, the paper's source(s), the table (with each row's own paper's number and ours in its
+    unit where it has one, and what differs from the paper's setting), the notes, the claims' verdicts, the plots."""
     m = rows[0].metric
     by = list(rows[0].group)
     context = _context(rows)
@@ -67,11 +67,13 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
     compared = any(c is not None for c in cells)
     many = len(papers) > 1
     diverged = any(r.diverged for r in rows)
+    off = [differs(r) for r in rows]
     head = by + context + swept + ["n"] + ([f"{select} (selection)"] if select else []) + \
         [_label(k, m, target) for k in _columns(rows)] + \
-        (["diverged"] if diverged else []) + (list(_compared(rows)) if compared else []) + (["source"] if many else [])
+        (["diverged"] if diverged else []) + (list(_compared(rows)) if compared else []) + \
+        (["paper's setting"] if any(off) else []) + (["source"] if many else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r, c in zip(rows, cells):
+    for r, c, d in zip(rows, cells, off):
         out = [str(r.group[k]) for k in by] + [str(r.context.get(k)) for k in context] + \
             [str(r.setting.get(k, "")) for k in swept] + [f"{r.n} (seeds repeat)" if r.repeated_seeds else str(r.n)]
         if select:
@@ -84,6 +86,8 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
             mine = ours(r) if c is not None else None
             digits = 2 if r.paper is not None and r.paper.unit == "%" and fraction(r.paper.key or "") else 4
             out += ["—" if mine is None else _fmt(*mine, digits), "—" if c is None else f"{c['value']:g}"]
+        if any(off):
+            out.append(f"differs: {d}" if d else "—" if r.paper is None or not r.paper.setting else "same")
         if many:
             out.append(f"[{r.source}]" if r.source else "—")
         lines.append("| " + " | ".join(out) + " |")
@@ -107,7 +111,14 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
     if compared:
         text.append("`ours` is the row's final value of the metric its paper's number measures (its `key`), in the "
                     "paper's unit (a fraction x 100 beside a paper in %).")
+    if any(off):
+        text.append("`paper's setting`: `differs` names each key whose value the row's runs have other than the "
+                    "setting the paper's numbers hold for (the block's `setting`), ours, then the paper's.")
     top = [f"# {title or 'Report'}\n"]
+    if any(off):
+        top.append(f"**{sum(map(bool, off))} of {len(rows)} rows were run in another setting than the paper's** "
+                   "(`paper's setting`: differs): their numbers are not compared with the paper's, and the claims "
+                   "skip them.\n")
     if command:
         top.append(f"Written by (from the repository root):\n\n    {command}\n")
     if about:
@@ -132,7 +143,8 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
 
 
 def write_csv(rows: list[Row], path: str) -> None:
-    """The table unrounded; ``paper`` and ``paper_source`` give each row's own paper's number and source number."""
+    """The table unrounded; ``paper`` and ``paper_source`` give each row's own paper's number and source number,
+    ``setting_differs`` what sets the row apart from the paper's setting (empty: nothing)."""
     by = list(rows[0].group)
     swept = sorted({k for r in rows for k in r.setting})
     stats = list(rows[0].stats)
@@ -142,7 +154,8 @@ def write_csv(rows: list[Row], path: str) -> None:
         w.writerow(by + list(CONTEXT) + swept + ["n", "metric"]
                    + [s if s in one else f"{s}_{x}" for s in stats for x in ("mean", "std")
                       if s not in one or x == "mean"]
-                   + ["diverged", "ours", "paper", "paper_key", "paper_unit", "paper_source", "runs"])
+                   + ["diverged", "ours", "paper", "paper_key", "paper_unit", "paper_source", "setting_differs",
+                      "runs"])
         for r in rows:
             c, mine = cell_of(r), ours(r)
             w.writerow([r.group[k] for k in by] + [r.context.get(k) for k in CONTEXT]
@@ -150,7 +163,7 @@ def write_csv(rows: list[Row], path: str) -> None:
                        + [v for s in stats for v in (r.stats[s][:1] if s in one else r.stats[s])]
                        + [r.diverged, "" if c is None or mine is None else mine[0], "" if c is None else c["value"],
                           r.paper.key if r.paper else "", r.paper.unit if r.paper and r.paper.unit else "",
-                          r.source or ""]
+                          r.source or "", differs(r)]
                        + [";".join(os.path.relpath(x.path) for x in r.runs)])
 
 

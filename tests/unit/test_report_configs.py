@@ -1,6 +1,7 @@
 """The report's declarations in conf/experiment: every ``paper:`` block reads and says what its numbers measure
-(``key``, ``unit``), every claim names values the page's grid has, and every results page's about text fills from
-its own config (its placeholders name keys the composed config has, its filters labels or methods the grid runs)."""
+(``key``, ``unit``) and the setting they hold for (``setting``: the experiment's own values), every claim names values
+the page's grid has, and every results page's about text fills from its own config (its placeholders name keys the
+composed config has, its filters labels or methods the grid runs)."""
 from __future__ import annotations
 
 import functools
@@ -86,6 +87,45 @@ def test_a_paper_block_says_what_its_numbers_measure_and_its_claims_name_the_gri
             assert all(any(same(v, g) for g in grid[by[0]]) for v in named), f"{_name(path)}: {named} vs {grid[by[0]]}"
         for k, v in (claim.get("where") or {}).items():
             assert k in by[1:] and any(same(v, g) for g in grid.get(k, [v])), f"{_name(path)}: where {k} = {v}"
+
+
+TABLES = sorted(_name(f) for f in glob.glob(os.path.join(CONF, "experiment", "*.yaml")))  # the papers' settings
+GROUP_KEYS = {"data": "data.name", "model": "model.name", "data/partition": "data.partition.name"}
+
+
+@functools.lru_cache(maxsize=None)
+def _composed(name: str):
+    from hydra import compose, initialize_config_dir
+
+    from fl_lightning.schema import register
+
+    register()
+    with initialize_config_dir(config_dir=os.path.abspath(CONF), version_base="1.3"):
+        return compose("config", overrides=[f"experiment={name}"], return_hydra_config=True)
+
+
+@pytest.mark.parametrize("name", TABLES)
+def test_a_paper_blocks_setting_is_its_experiments_own_and_no_axis_of_its_table(name):
+    """Issue 47: the ``setting`` a paper's numbers hold for names keys of the composed config at the experiment's own
+    values (the sweep's one value where its grid sets the key), never a key the table varies (a swept key, a ``by``
+    key, a cell key); an experiment writing into another's sweep folder carries the same block (one page)."""
+    from omegaconf import OmegaConf
+
+    cfg = _composed(name)
+    if cfg.get("paper") is None:
+        return
+    paper = read_paper(cfg.paper, cfg)  # every key is a config key
+    assert {"data.name", "model.name"} & set(paper.setting), f"{name}: a setting without the data or the model"
+    params = {GROUP_KEYS.get(k, k): str(v) for k, v in (OmegaConf.select(cfg, "hydra.sweeper.params") or {}).items()}
+    axes = {GROUP_KEYS.get(b, b) for b in OmegaConf.select(cfg, "hydra.callbacks.report.by") or ["method"]} | \
+        {k for c in paper.cells for k in c if k != "value"}
+    for k, v in paper.setting.items():
+        assert k not in axes and "," not in params.get(k, ""), f"{name}: setting {k} is an axis of the table"
+        ours = yaml.safe_load(params[k]) if k in params else OmegaConf.select(cfg, k)
+        assert same(ours, v), f"{name}: setting {k}: {v}, the experiment runs {ours}"
+    folder = os.path.basename(str(OmegaConf.select(cfg, "hydra.sweep.dir")))
+    if folder != name and folder in TABLES:
+        assert cfg.paper == _composed(folder).paper, f"{name}: not the block of {folder}, whose folder it writes into"
 
 
 def test_the_papers_claims_under_test():

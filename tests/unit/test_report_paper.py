@@ -4,11 +4,13 @@ text's placeholders."""
 from __future__ import annotations
 
 import csv
+import re
 
 import pytest
 
 from fl_lightning.report import ReportError, report
 from fl_lightning.report.__main__ import main
+from fl_lightning.report.paper import read_paper
 from tests.helpers.report_runs import fake_run, fake_sweep_run
 
 PCT = {"metric": "top-1 test accuracy (%)", "key": "test_acc", "unit": "%"}
@@ -152,6 +154,66 @@ def test_a_cell_no_row_matches_is_listed(tmp_path):
     report([str(tmp_path / "t")], str(tmp_path / "p"), by=["method", "data.partition.alpha"], plots=False)
     md = (tmp_path / "p" / "report.md").read_text()
     assert "paper (%)" not in md and "no run for method = fedavg, data.partition.alpha = 0.05" in md
+
+
+def test_a_row_run_in_another_setting_keeps_the_papers_number_marked_and_its_claims_are_not_compared(tmp_path):
+    """Issue 47: ``experiment=fedmuon_cifar100 data=digits model=cnn fl.rounds=2`` beside the paper's CIFAR-100,
+    ResNet-18, 300 rounds: the row says what differs, its verdict is skipped; the rows of the paper's setting are
+    compared as before."""
+    paper = {"source": "seed 004, Table 2", **PCT,
+             "setting": {"data.name": "cifar100", "model.name": "resnet18", "fl.rounds": 300,
+                         "fl.num_clients": None},  # null: not fixed (a key a parent experiment fixes)
+             "cells": [{"method": "fedavg", "value": 60.25}, {"method": "fedmuon", "value": 73.05}],
+             "claims": [{"better": "fedmuon", "worse": "fedavg", "text": "FedMuon above FedAvg"}]}
+    for method, acc in (("fedavg", 0.60), ("fedmuon", 0.73)):
+        for seed in (0, 1):
+            fake_sweep_run(tmp_path / "s" / f"{method}_{seed}", method, 0.1, seed, [0.1, acc + 0.01 * seed], paper,
+                           data="cifar100", model="resnet18", extra={"fl": {"rounds": 300}})
+            fake_sweep_run(tmp_path / "shrunk" / f"{method}_{seed}", method, 0.1, seed, [0.05, acc / 6], paper)
+    report([str(tmp_path / "s"), str(tmp_path / "shrunk")], str(tmp_path / "o"), plots=False)
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert md.startswith("# Report\n\n**2 of 4 rows were run in another setting than the paper's** (`paper's "
+                         "setting`: differs): their numbers are not compared with the paper's, and the claims skip "
+                         "them.\n")
+    head, *rows = _table(md)
+    assert head[-3:] == ["ours: final test_acc (%)", "paper (%)", "paper's setting"]
+    what = "data.name: digits, paper: cifar100; model.name: cnn, paper: resnet18; fl.rounds: 2, paper: 300"
+    off = f"differs: {what}"
+    assert {(r[0], r[1]): r[-3:] for r in rows} == {
+        ("fedavg", "cifar100"): ["60.50 ± 0.71", "60.25", "same"],
+        ("fedmuon", "cifar100"): ["73.50 ± 0.71", "73.05", "same"],
+        ("fedavg", "digits"): ["10.00 ± 0.00", "60.25", off],
+        ("fedmuon", "digits"): ["12.17 ± 0.00", "73.05", off]}
+    assert _claim_lines(md) == [
+        "- **agrees**: FedMuon above FedAvg at data = cifar100, model = resnet18: expected fedmuon > fedavg; ours "
+        "(mean ± std final test_acc): fedmuon = 0.7350 ± 0.0071, fedavg = 0.6050 ± 0.0071.",
+        f"- **not compared**: FedMuon above FedAvg at data = digits, model = cnn: setting differs ({what})."]
+    with open(tmp_path / "o" / "report.csv") as f:
+        got = {(r["method"], r["data"]): r["setting_differs"] for r in csv.DictReader(f)}
+    assert got[("fedavg", "cifar100")] == "" and got[("fedavg", "digits")] == what
+    report([str(tmp_path / "s")], str(tmp_path / "p"), plots=False)  # the paper's setting only: as before
+    md = (tmp_path / "p" / "report.md").read_text()
+    assert "another setting" not in md and "paper's setting" not in md and _table(md)[0][-1] == "paper (%)"
+
+
+def test_a_setting_key_the_config_lacks_is_one_line_before_the_run():
+    from omegaconf import open_dict
+
+    from fl_lightning.build import validate
+    from fl_lightning.errors import ConfigError
+    from tests.helpers.cli import make_cfg
+
+    cfg = make_cfg(["experiment=fedmuon_cifar100"])
+    validate(cfg)  # its own block reads
+    with open_dict(cfg):
+        cfg.paper.setting["fl.roundz"] = 300
+    with pytest.raises(ConfigError, match=r"^config error: paper\.setting\.fl\.roundz: no such config key; fix: name "
+                                          r"the full key of the composed config \(closest: fl\.rounds\)$"):
+        validate(cfg)
+    for bad, line in (({"setting": [1]}, "paper.setting: expected a table"),
+                      ({"setting": {"fl.rounds": [300]}}, "paper.setting.fl.rounds: got [300]")):
+        with pytest.raises(ReportError, match=rf"^config error: {re.escape(line)}.*; fix: [^\n]*$"):
+            read_paper(bad)
 
 
 @pytest.mark.parametrize("args, line", [
