@@ -20,7 +20,7 @@ avgΔ/η instead):
 η_r = ``lr`` × the round's schedule factor. Over the K local steps of round r the alignment term alone re-applies
 α·(η_r/η_{r-1})·avgΔ^{r-1}, i.e. exactly α·avgΔ^{r-1} with a constant lr (tested). The base ``lr`` cancels between
 Δ_G and the step; it only sets Δ_G's units (the paper's η). K is ``fl.local_steps`` (with ``fl.local_epochs`` it is
-the mean step count of last round's clients, uploaded as a 0-d tensor).
+the mean step count of last round's clients, each uploaded as one float64: 64 bits).
 
 Options: ``alpha`` (paper default 0.5; 0 = no alignment, the paper's ablation without Δ_G, Table 5),
 ``scale_optimizer_lr`` (default true: the (1-α) factor on the optimizer; false = the optimizer keeps its own lr:

@@ -14,8 +14,9 @@ Alg. 1 line 12): with the identity compressor and α = 1 this is SCAFFOLD with �
 (the paper's premise, "an equivalent formulation" of SCAFFOLD with one uploaded vector; decision 002/#6 in
 docs/decisions.md).
 
-η is ``lr`` times the round's schedule factor. K·η is each client's own (local epochs give unequal K): the server
-uses their mean over the round's clients, which it knows from the clients' data sizes (a 0-bit message).
+η is ``lr`` times the round's schedule factor. K·η is each client's own (local epochs give unequal K): each client
+uploads it as one float64, charged 64 bits (fl_lightning/messages.py's rule), and the server uses their mean over the
+round's clients.
 α (``alpha``): ``None`` (default) is the bound 1/(1 + ω) of the compressor, per tensor: for RandK ω = d/k − 1, so
 α = k/d with k = max(1, ⌈frac·d⌉) (the codec's ``omega(d)``); a number is used for every tensor. Not specified by
 the paper (seed 002 gives neither the compressor nor α; decision 002/#6). Downlink: x and c. Float buffers travel
@@ -62,7 +63,7 @@ class Scallion(Part):
         c = Field("c/{}")  # the server's control variate, per parameter
 
     class Up(Record):
-        k_eta = Field("k_eta")  # K·η of the client's round (a free side channel)
+        k_eta = Field("k_eta")  # K·η of the client's round (one float64)
         u = Field("{}")  # per parameter: the compressed C(Δ_i/(Kη) − c) (the model's own delta where not trained)
 
     class State(Record):
@@ -92,7 +93,7 @@ class Scallion(Part):
         rng = client.codec_rng()
         dev = next(iter(client.global_params.values())).device
         out, state, down = self.Up(self, {}), self.State(self, client.state), self.Down(self, client.received)
-        out.k_eta.set(Msg(torch.tensor(k_eta, dtype=torch.float64, device=dev), nbits=0))
+        out.k_eta.set(Msg(torch.tensor(k_eta, dtype=torch.float64, device=dev)))
         for n, x in client.global_params.items():
             delta = x - client.local[n].detach()
             if n not in self.c:
