@@ -135,6 +135,16 @@ def test_what_the_part_refuses(fednova):
         fednova.FedNova().client_start(c)
 
 
+def test_the_yamls_comm_is_what_a_run_sends(fednova, tmp_path):
+    """fednova.yaml's ``comm:`` (P+4 up: d_i and a_i; P down) against the bits of a run, as tests/system/test_methods.py
+    checks every method of the package (and the example's with FL_METHOD_CONF=examples/fednova/conf)."""
+    from tests.helpers.comm import measured_and_declared
+    from tests.helpers.harness import method_config
+
+    for direction, (measured, declared) in measured_and_declared(method_config("fednova", [SEARCH]), tmp_path).items():
+        assert measured == declared, f"{direction}: measured {measured} bits, fednova.yaml declares {declared}"
+
+
 # ------------------------------------------------------------------------------------------ the CLI's part
 def test_searchpath_is_saved_absolute(tmp_path, monkeypatch):
     from fl_lightning.run_dir import absolute_searchpath

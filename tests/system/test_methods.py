@@ -1,20 +1,20 @@
 """Invariants every method yaml must keep, parametrized over conf/method/*.yaml (a new method is covered the day its
-yaml lands): it composes into a Strategy, it lowers the loss of a small heterogeneous problem, it resumes
-bit-exactly, and it reports the communication its yaml declares (``comm``)."""
+yaml lands) and the method/*.yaml of the conf folder ``$FL_METHOD_CONF`` names (your own methods, docs/extending.md):
+it composes into a Strategy, it lowers the loss of a small heterogeneous problem, it resumes bit-exactly, and it
+reports the communication its yaml declares (``comm``)."""
 from __future__ import annotations
 
 import glob
-import math
 import os
 
 import pytest
 import torch
 
-from fl_lightning.codecs.lowrank import svd_rank
 from tests.helpers.cli import CONF
-from tests.helpers.harness import FakeData, LossModule, MLP, build, make_loop, method_config, mse, params_of, regression_batches, run
+from tests.helpers.comm import config, measured_and_declared, own_methods
+from tests.helpers.harness import FakeData, LossModule, MLP, build, make_loop, mse, params_of, regression_batches, run
 
-METHODS = sorted(os.path.basename(f)[:-5] for f in glob.glob(os.path.join(CONF, "method", "*.yaml")))
+METHODS = sorted(os.path.basename(f)[:-5] for f in glob.glob(os.path.join(CONF, "method", "*.yaml"))) + own_methods()
 EXPERIMENTS = sorted(os.path.relpath(f, os.path.join(CONF, "experiment"))[:-5]  # results/<name> too
                      for f in glob.glob(os.path.join(CONF, "experiment", "**", "*.yaml"), recursive=True))
 
@@ -41,7 +41,7 @@ def test_every_method_is_covered():
 @pytest.mark.parametrize("name", METHODS)
 def test_method_composes_and_learns(tmp_path, name):
     """The yaml builds a Strategy that lowers the loss of a small heterogeneous regression."""
-    cfg = method_config(name, LEARN_LR.get(name, []))
+    cfg = config(name, LEARN_LR.get(name, []))
     assert cfg.method.name == name
     n = 4
     data = FakeData(regression_batches(n), n)
@@ -70,7 +70,7 @@ def test_resume_is_exact_with_persistent_second_order_state(tmp_path, name):
 
 def _resume_exact(tmp_path, name, overrides=()):
     def cfg():
-        return method_config(name, list(overrides))
+        return config(name, list(overrides))
 
     n, rounds = 4, 4
     data = FakeData(regression_batches(n), n)
@@ -90,56 +90,12 @@ def _resume_exact(tmp_path, name, overrides=()):
     assert full.recorder.totals == second.recorder.totals
 
 
-def _sizes(cfg) -> dict[str, float]:
-    """The names a yaml's ``comm`` formulas may use, for the test MLP."""
-    ps = list(MLP().parameters())
-    mats = [p for p in ps if p.ndim >= 2]
-    vecs = [p for p in ps if p.ndim < 2]
-    m_svd = 0
-    for p in mats:
-        rows, cols = p.shape[0], math.prod(p.shape[1:])
-        r = svd_rank(rows, cols, cfg.method.get("svd_mode", "storage_frac"), float(cfg.method.get("svd_frac", 0.05)))
-        m_svd += (rows * r + r + r * cols) * 4
-    # nT: the number of trainable tensors (per-tensor scales of a codec, e.g. Quantize's max|v|)
-    # SOAP's Kronecker factors (seed 001's Θ = {L, R}): one n×n factor per dimension of every ndim >= 2 param,
-    # dense (LR) or as rank-r SVD factors of each (LR_svd)
-    factors = [n for p in mats for n in p.shape]
-    lr_svd = 0
-    for n in factors:
-        r = svd_rank(n, n, cfg.method.get("svd_mode", "storage_frac"), float(cfg.method.get("svd_frac", 0.05)))
-        lr_svd += (2 * n * r + r) * 4
-    return {"P": sum(p.numel() * 4 for p in ps), "M": sum(p.numel() * 4 for p in mats), "M_svd": m_svd,
-            "V": sum(p.numel() * 4 for p in vecs), "nV": len(vecs), "nP": len(ps), "nT": len(ps), "LR": sum(n * n * 4 for n in factors),
-            "LR_svd": lr_svd}
-
-
-def _sparse(frac: float, bits_per_value: int = 32):
-    """(k, bytes) summed over the test MLP's tensors for a sparsifier keeping k = ceil(frac d) values of d per
-    tensor with ceil(log2 d)-bit indices, 0 for d = 1 (TopK, RandK, HeavySign's heavy part)."""
-    ks = [max(1, min(p.numel(), math.ceil(frac * p.numel()))) for p in MLP().parameters()]
-    ds = [p.numel() for p in MLP().parameters()]
-    return sum(ks), sum(k * (bits_per_value + (math.ceil(math.log2(d)) if d > 1 else 0)) for k, d in zip(ks, ds)) / 8
-
-
-def _declared(cfg, direction: str, rounds: int, per_round: int, num_clients: int = 4, local_steps: int = 2) -> int:
-    """The yaml's formula summed over rounds; it may use the sizes above, n (clients), S (sampled per round),
-    K (local steps), r (the round), ceil, log2, sparse_bytes(frac) and sparse_k(frac) (heavy HeavySign coordinates)."""
-    formula = str(cfg.method.comm[direction])
-    names = {**{k: v for k, v in cfg.method.items() if k not in ("parts", "comm")}, **_sizes(cfg),
-             "n": num_clients, "S": per_round, "K": local_steps, "ceil": math.ceil, "log2": math.log2,
-             "sparse_bytes": lambda f: _sparse(f)[1], "sparse_k": lambda f: _sparse(f)[0]}
-    return sum(per_round * eval(formula, {"__builtins__": {}}, {**names, "r": r}) for r in range(rounds))  # noqa: S307
-
-
 @pytest.mark.parametrize("name", METHODS)
 def test_bytes_are_what_the_yaml_declares(tmp_path, name):
-    cfg = method_config(name)
-    assert "comm" in cfg.method, f"conf/method/{name}.yaml declares no comm: uplink/downlink"
-    rounds, s = 3, 2
-    loop = run(build(cfg), LossModule(MLP(), mse), FakeData(regression_batches(4), 4), tmp_path,
-               num_clients=4, per_round=s, rounds=rounds, local_steps=2)
-    assert loop.recorder.totals["uplink_bits"] == 8 * _declared(cfg, "uplink", rounds, s)
-    assert loop.recorder.totals["downlink_bits"] == 8 * _declared(cfg, "downlink", rounds, s)
+    cfg = config(name)
+    assert "comm" in cfg.method, f"method {name} declares no comm: uplink/downlink"
+    for direction, (measured, declared_bits) in measured_and_declared(cfg, tmp_path).items():
+        assert measured == declared_bits, f"{name}: a run sent {measured} {direction} bits, comm declares {declared_bits}"
 
 
 @pytest.mark.parametrize("name,overrides", [
@@ -151,10 +107,8 @@ def test_bytes_are_what_the_yaml_declares(tmp_path, name):
     ("fedpac_sophia_light", ["method.svd_frac=0.6"]),
 ])
 def test_bytes_follow_the_options(tmp_path, name, overrides):
-    cfg = method_config(name, overrides)
-    loop = run(build(cfg), LossModule(MLP(), mse), FakeData(regression_batches(4), 4), tmp_path,
-               num_clients=4, per_round=2, rounds=3, local_steps=2)
-    assert loop.recorder.totals["uplink_bits"] == 8 * _declared(cfg, "uplink", 3, 2)
+    measured, declared_bits = measured_and_declared(config(name, overrides), tmp_path)["uplink"]
+    assert measured == declared_bits
 
 
 @pytest.mark.parametrize("exp", EXPERIMENTS)
