@@ -22,6 +22,8 @@ from __future__ import annotations
 import logging
 from typing import Callable
 
+from .optim.adapters import adapter_for
+
 log = logging.getLogger("fl_lightning")
 
 MODES = ("none", "step", "graphs")  # graphs: fl_lightning/graphed_step.py
@@ -52,7 +54,7 @@ class CompiledStep:
         # loop in the same process (a test, a notebook) would find the first one's entries, fail their guards and,
         # past torch's recompile limit, fall back to eager without a word. A run starts from empty caches.
         torch._dynamo.reset()
-        self._fn = torch.compile(step_fn, backend=backend)
+        self._step_fn, self._fn = step_fn, torch.compile(step_fn, backend=backend)
         self._dynamo = torch._dynamo
         global _CURRENT
         _CURRENT = self  # one callback per process, counting for the newest compiled step (reset() drops callbacks)
@@ -79,13 +81,11 @@ class CompiledStep:
     @staticmethod
     def steps_as_tensors(optimizer) -> None:
         """Each Python-number ``step`` counter of the optimizer's state as a 0-d float32 tensor on its parameter's
-        device, for the optimizers whose adapter allows it (``device_steps``: Muon's AdamW group, Sophia; not SOAP,
-        whose refresh every f steps is a branch on the count): counted and read on the device, so the compiled step
-        guards on no count
+        device, for the optimizers whose adapter allows it (``device_steps``: Muon's AdamW group, Sophia, SOAP, whose
+        branches on its counts are planned on the host: ``plan_step``): counted and read on the device, so the
+        compiled step guards on no count
         (a number is a constant of the graph: a recompile at its first change, and the bias corrections of Muon's
         AdamW at every value). The optimizers take either (``muon_math.adamw_update_foreach``)."""
-        from .optim.adapters import adapter_for
-
         if optimizer is None or not adapter_for(optimizer).device_steps:
             return
         import torch
@@ -96,10 +96,16 @@ class CompiledStep:
                 st["step"] = torch.tensor(float(v), dtype=torch.float32, device=p.device)
 
     def __call__(self, client, batch, k):
+        opt = client.optimizer
+        regular = opt is None or adapter_for(opt).plan_step(first=k == 0)  # before the counts move to the device
         if k == 0:  # a client's first step: its state was just reset or imported
-            self.steps_as_tensors(client.optimizer)
+            self.steps_as_tensors(opt)
         if self.lr_tensors:
-            self._lr_tensors(client.optimizer)
+            self._lr_tensors(opt)
+        if not regular:  # a step that initialises or refreshes state (SOAP): eager, not a variant of the graph
+            loss = self._step_fn(client, batch, k)
+            self.steps_as_tensors(opt)  # the counts of a state it made
+            return loss
         self._active = True
         try:
             with self._trace_backward():

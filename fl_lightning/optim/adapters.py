@@ -67,6 +67,13 @@ class StateAdapter:
     def __init__(self, opt: torch.optim.Optimizer):
         self.opt = opt
 
+    def plan_step(self, first: bool) -> bool:
+        """Called before each step of a compiled run, outside the traced frame (``first``: a client's first step):
+        whether the coming step is the optimizer's regular one, the code every step runs. An optimizer whose step
+        branches on its counts (SOAP: a fresh state's initialisation, a refresh every f steps) decides here, on the
+        host, and the irregular steps run eagerly, so the compiled graph holds one variant and guards on no count."""
+        return True
+
     # ------------------------------------------------------------------ queries
     def group_of(self, p: Tensor) -> dict:
         for group in self.opt.param_groups:

@@ -133,6 +133,9 @@ class SOAP(torch.optim.Optimizer):
                         precondition_frequency=int(precondition_frequency), max_precond_dim=int(max_precond_dim),
                         precondition_1d=precondition_1d, correct_bias=correct_bias, first_step=first_step)
         super().__init__(params, defaults)
+        # None: an eager run (Python counts, refreshes decided in the step); a compiled run's plan of the coming step
+        # ({param: "eigh" | "qr"}, empty at a regular step), made on the host by SOAPAdapter.plan_step
+        self._planned: dict | None = None
 
     # ----------------------------------------------------------------- helpers on one parameter's state
     @staticmethod
@@ -196,7 +199,6 @@ class SOAP(torch.optim.Optimizer):
                     if group["first_step"] == "init_only":
                         fresh.append(p)
                         continue  # the reference code's first step: initialise L, R, Q only
-                st["step"] += 1
                 live.append(p)
             if fresh:
                 self._update_factors_many(fresh, [p.grad for p in fresh], group)
@@ -204,6 +206,15 @@ class SOAP(torch.optim.Optimizer):
             if not live:
                 continue
             sts = [self.state[p] for p in live]
+            planned = self._planned
+            if planned is None:
+                for st in sts:
+                    st["step"] += 1
+            else:  # a compiled run's counts, on the device (a fresh state's made at this eager step: moved there)
+                for p, st in zip(live, sts):
+                    if not isinstance(st["step"], Tensor):
+                        st["step"] = torch.tensor(float(st["step"]), dtype=torch.float32, device=p.device)
+                torch._foreach_add_([st["step"] for st in sts], 1)
             gs, ms, vs = [p.grad for p in live], [st["exp_avg"] for st in sts], [st["exp_avg_sq"] for st in sts]
             Qss = [self._Qs(p, group) for p in live]
             torch._foreach_lerp_(ms, gs, 1 - beta1)  # M ← β1 M + (1−β1) G
@@ -211,22 +222,37 @@ class SOAP(torch.optim.Optimizer):
             denom = torch._foreach_sqrt(vs)
             torch._foreach_add_(denom, eps)
             ns = project_many(torch._foreach_div(project_many(ms, Qss), denom), Qss, back=True)
-            by_step: dict[int, list[int]] = {}
-            for i, st in enumerate(sts):
-                by_step.setdefault(st["step"], []).append(i)
-            for t, idx in by_step.items():
-                step_size = lr * math.sqrt(1 - beta2**t) / (1 - beta1**t) if group["correct_bias"] else lr
-                foreach_add_scaled_([live[i] for i in idx], [ns[i] for i in idx], -step_size)
+            if not group["correct_bias"]:
+                foreach_add_scaled_(live, ns, -lr)
+            elif planned is None:
+                by_step: dict[int, list[int]] = {}
+                for i, st in enumerate(sts):
+                    by_step.setdefault(st["step"], []).append(i)
+                for t, idx in by_step.items():
+                    step_size = lr * math.sqrt(1 - beta2**t) / (1 - beta1**t)
+                    foreach_add_scaled_([live[i] for i in idx], [ns[i] for i in idx], -step_size)
+            else:
+                torch._foreach_add_(live, torch._foreach_mul(ns, _step_sizes([st["step"] for st in sts], lr, beta1,
+                                                                              beta2)))
             if wd > 0:
                 torch._foreach_mul_(live, 1 - lr * wd)
             self._update_factors_many(live, gs, group)
+            if planned is None:
+                t1 = [p for p, st in zip(live, sts) if st["step"] == 1]
+                qr = [p for p, st in zip(live, sts) if self._refresh_due(st["step"], group)]
+            else:  # decided on the host before the step (SOAPAdapter.plan_step): nothing at a compiled step
+                t1 = [p for p in live if planned.get(p) == "eigh"] if planned else []
+                qr = [p for p in live if planned.get(p) == "qr"] if planned else []
             if group["first_step"] == "adam":
-                self._refresh_eigh_many([p for p, st in zip(live, sts) if st["step"] == 1], group)
-            for p, st in zip(live, sts):
-                t = st["step"]
-                if t % group["precondition_frequency"] == 0 and not (group["first_step"] == "adam" and t == 1):
-                    self._refresh_qr(p, group)
+                self._refresh_eigh_many(t1, group)
+            for p in qr:
+                self._refresh_qr(p, group)
         return loss
+
+    @staticmethod
+    def _refresh_due(t: int, group: dict) -> bool:
+        """Whether the bases are refreshed (one power iteration and QR) after the step that made the count ``t``."""
+        return t % group["precondition_frequency"] == 0 and not (group["first_step"] == "adam" and t == 1)
 
     def _refresh_eigh_many(self, ps: list[Tensor], group: dict) -> None:
         """Q ← eigh of each factor of each param, same-shape factors in one batched ``eigh`` (:func:`eigenbases`)."""
@@ -256,6 +282,14 @@ class SOAP(torch.optim.Optimizer):
                     products.append(torch.tensordot(gg, gg, dims=[others, others]))
         if factors:
             torch._foreach_lerp_(factors, products, 1 - beta)
+
+
+def _step_sizes(steps: list[Tensor], lr, beta1: float, beta2: float) -> list[Tensor]:
+    """−lr·sqrt(1 − β2ᵗ)/(1 − β1ᵗ) for each 0-d count t on the device (a compiled run's), in float64 and in the
+    eager run's order of operations (its host arithmetic), as views of one vector."""
+    t = torch.stack(steps).double()
+    size = lr * torch.sqrt(1 - beta2**t) / (1 - beta1**t)
+    return list(torch.neg_(size).unbind(0))
 
 
 def _batches(xs: list[Tensor], Qss: list[list[Tensor | None]]) -> list[list[int]]:
@@ -293,8 +327,46 @@ class SOAPAdapter(StateAdapter):
     importing factors without their ``Q<i>`` recomputes Q by eigh (``refresh``), and a fresh state is completed around
     them (M = V = 0, step 0) so the first step is a full step in the received basis."""
 
+    device_steps = True  # a compiled run's counts on the device; its refreshes planned on the host (plan_step)
+
     def param_kind(self, p: Tensor) -> str:
         return "soap"
+
+    def plan_step(self, first: bool) -> bool:
+        """Before each step of a compiled run, outside the traced frame: each parameter's count kept on the host
+        (read from the state at a client's ``first`` step, then counted here), what the coming step does besides
+        the update (``"eigh"``: a fresh state's bases; ``"qr"``: a refresh every f steps), and whether it is the
+        regular step, the same code at every step (no state initialised, nothing refreshed), which the compiled
+        graph holds; the others run eagerly. So the compiled step reads no count and guards on no branch."""
+        opt = self.opt
+        order = [p for group in opt.param_groups for p in group["params"] if p in opt.state]
+        if len(order) != len(opt.state) or any(a is not b for a, b in zip(order, opt.state)):
+            for p in order:  # the params' order (imports fill the state in theirs): the compiled step guards on it
+                opt.state[p] = opt.state.pop(p)
+        counts = opt.__dict__.setdefault("_host_steps", {})
+        if first:
+            counts.clear()
+        planned, regular = {}, True
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if not p.requires_grad:
+                    continue
+                st = opt.state.get(p, {})
+                factored = any(SOAP._dims(p, group))
+                if "exp_avg" not in st:  # initialised at this step
+                    regular = False
+                    t = 0 if group["first_step"] == "init_only" else 1
+                    if t == 1 and factored:
+                        planned[p] = "eigh"
+                else:
+                    t = counts[p] + 1 if p in counts else int(st["step"]) + 1  # int(): a count saved on the device
+                    if factored and group["first_step"] == "adam" and t == 1:
+                        planned[p], regular = "eigh", False
+                    elif factored and SOAP._refresh_due(t, group):
+                        planned[p], regular = "qr", False
+                counts[p] = t
+        opt._planned = planned
+        return regular
 
     def entries(self, p: Tensor) -> tuple[str, ...]:
         dims = SOAP._dims(p, self.group_of(p))

@@ -36,10 +36,23 @@ def _rel(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)) for k in a)
 
 
+# SOAP's reference: the compiled run's own code run eagerly (the eager backend: Dynamo's capture, no AOT autograd).
+# Under compile its counts live on the device and its branches are planned on the host, and float64 counts give the
+# eager bias correction, but the update's multiply-add rounds once more (a tensor scale), and SOAP turns any
+# difference into another eigenbasis order of its rank-deficient early factors: a 1e-7 relative change of the lr
+# alone moves the model by 0.1 after 3 rounds. The planned steps equal Alg. 3 written out in float64
+# (tests/unit/optim/test_soap.py); here the compiled graph must equal that code.
+SOAP_REFERENCE = ["trainer.compile=step", "trainer.compile_backend=eager"]
+
+
+def _reference(method: str, over: list[str]) -> list[str]:
+    return over + SOAP_REFERENCE if method.startswith("fedpac_soap") else over
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_compiled_step_equals_eager_after_three_rounds(method, tmp_path):
     over = [f"method={method}", *BASE, *FP32_NS.get(method, [])]
-    eager, _, _ = _run(over, tmp_path / "eager")
+    eager, _, _ = _run(_reference(method, over), tmp_path / "eager")
     compiled, summary, loop = _run(over + STEP, tmp_path / "step")
     assert _rel(eager, compiled) <= 1e-5
     counts = summary["compile"]
@@ -54,7 +67,7 @@ def test_a_scheduled_lr_is_an_input_of_the_graph_not_a_recompile_per_round(metho
     order (a tensor lr multiplies, then adds). FedSophia is not here: its refresh branch and persistent state still
     add guard combinations over the first rounds (tools/compile_check.py --run counts them)."""
     over = [f"method={method}", *BASE, *COSINE, "fl.rounds=5", *FP32_NS.get(method, [])]
-    eager, _, _ = _run(over, tmp_path / "eager")
+    eager, _, _ = _run(_reference(method, over), tmp_path / "eager")
     loop = build_loop(over + STEP, tmp_path / "step")
     for r in range(2):
         loop.run_round(r)
@@ -103,24 +116,27 @@ def test_a_compiled_run_resumed_is_bit_identical_to_it_uninterrupted(tmp_path):
 
 
 @pytest.mark.parametrize("model", ["cnn", "vit_tiny"])
-@pytest.mark.parametrize("method", ["fedavg", "scaffold", "fedmuon", "fedpac_sophia"])
+@pytest.mark.parametrize("method", ["fedavg", "scaffold", "fedmuon", "fedpac_sophia", "fedpac_soap"])
 def test_the_step_frame_is_compiled_once_per_run(method, model, tmp_path):
     """Static state: the optimizer's state allocated once per run and zeroed in place for each client, step counters
     as device tensors (Muon's AdamW group, Sophia), the run's step count kept outside the traced frame, the lr a 0-d
     tensor under the cosine schedule, Sophia's refresh every τ steps decided before the step (``before_step``). So
     each frame of the step compiles in round 1 and never again (FedMuon's one frame without a recompile; it compiled
     4 times before, on ``client.step == 0``, an empty state and AdamW's count; FedPAC-Sophia's refresh step is its
-    one recompile, and it recompiled in round 2 before), and the run equals eager up to float order."""
-    extra = {"fedpac_sophia": ["method.parts.hessian.every=2"]}.get(method, [])
+    one recompile, and it recompiled in round 2 before; FedPAC-SOAP, whose first step and refreshes are planned on
+    the host and run eagerly, one frame and no recompile: 6 compiles before), and the run equals eager up to float
+    order (SOAP: its own code run eagerly, see ``SOAP_REFERENCE``)."""
+    extra = {"fedpac_sophia": ["method.parts.hessian.every=2"],
+             "fedpac_soap": ["method.precondition_frequency=2"]}.get(method, [])
     over = [f"method={method}", f"model={model}", *BASE, *COSINE, *FP32_NS.get(method, []), *extra]
-    eager, _, _ = _run(over, tmp_path / "eager")
+    eager, _, _ = _run(_reference(method, over), tmp_path / "eager")
     loop = build_loop(over + STEP, tmp_path / "step")
     loop.run_round(0)
     first = loop.client_step.counts()
     for r in range(1, 3):
         loop.run_round(r)
     assert first["compiled_graphs"] >= 1 and loop.client_step.counts() == first
-    assert first["recompiles"] == (1 if method == "fedpac_sophia" else 0), first
+    assert first["recompiles"] == (1 if method == "fedpac_sophia" else 0), first  # SOAP: its branching steps eager
     if method == "fedpac_sophia" and model == "vit_tiny":
         return  # equal on the CNN; on the ViT Sophia's clip(m / max(h, ε), ρ) makes ±ρ sign steps wherever the
         # curvature estimate is ~0, and their signs follow the float order (1.7e-3 relative after 3 rounds)

@@ -161,3 +161,64 @@ def test_persistent_state_round_trips_exactly():
 def test_bad_values_are_rejected(bad):
     with pytest.raises(ValueError):
         SOAP([nn.Parameter(torch.zeros(2, 2))], **bad)
+
+
+def _planned_run(opt, params, grads_per_step, first_at=0):
+    """The steps as a compiled run takes them (fl_lightning/compiled_step.py): before each, the host's plan
+    (``plan_step``) and the counts on the device; returns whether each step was the regular one."""
+    from fl_lightning.compiled_step import CompiledStep
+
+    regular = []
+    for k, gs in enumerate(grads_per_step):
+        for p, g in zip(params, gs):
+            p.grad = g.clone()
+        regular.append(adapter_for(opt).plan_step(first=k == first_at))
+        CompiledStep.steps_as_tensors(opt)
+        opt.step()
+        CompiledStep.steps_as_tensors(opt)  # a state the (eager) step made
+    return regular
+
+
+def test_a_compiled_runs_planned_steps_equal_the_algorithm_written_out():
+    """Under ``trainer.compile`` SOAP's counts live on the device and its branches (the first step that only
+    initialises, the refresh every f steps) are decided on the host before the step; those steps run eagerly and
+    every other step is the same code, the one the compiled graph holds. The result equals Alg. 3 written out
+    (float64: only the rounding of the update's multiply-add differs), and exactly the branching steps are
+    irregular: the first, then every f-th count."""
+    W0 = torch.randn(5, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    b0 = torch.randn(4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    gW, gb = _grads((5, 4), 8), _grads((4,), 8, seed=4)
+    W, b = nn.Parameter(W0.clone()), nn.Parameter(b0.clone())
+    opt = SOAP([W, b], lr=0.02, betas=(0.9, 0.95), shampoo_beta=0.9, precondition_frequency=3)
+    regular = _planned_run(opt, [W, b], list(zip(gW, gb)))
+    assert regular == [False, True, True, False, True, True, False, True]  # counts 0 (init), 1, 2, 3, ..., 7
+    want = _hand_soap(W0, gW, 0.02, 0.9, 0.95, 0.9, 1e-8, 0.01, 3)
+    torch.testing.assert_close(W.detach(), want, rtol=1e-12, atol=1e-14)
+    assert isinstance(opt.state[W]["step"], torch.Tensor) and float(opt.state[W]["step"]) == 7
+
+
+@pytest.mark.parametrize("first_step", ["init_only", "adam"])
+def test_planned_steps_equal_eager_steps_for_imported_factors_and_both_first_steps(first_step):
+    """FedPAC's round ≥ 1 (L, R imported for the matrix, the vector fresh) and ``first_step=adam``: the planned
+    steps (device counts, host decisions) equal the eager steps (Python counts) to float64 rounding."""
+    g = torch.Generator().manual_seed(5)
+    W0, b0 = torch.randn(4, 3, generator=g, dtype=torch.float64), torch.randn(3, generator=g, dtype=torch.float64)
+    A, B = torch.randn(4, 4, generator=g, dtype=torch.float64), torch.randn(3, 3, generator=g, dtype=torch.float64)
+    grads = list(zip(_grads((4, 3), 6), _grads((3,), 6, seed=6)))
+    out = []
+    for planned in (False, True):
+        W, b = nn.Parameter(W0.clone()), nn.Parameter(b0.clone())
+        opt = SOAP([W, b], precondition_frequency=2, first_step=first_step)
+        adapter_for(opt).import_state(W, {"GG0": A @ A.T, "GG1": B @ B.T})
+        if planned:
+            regular = _planned_run(opt, [W, b], grads)
+            # step 0: the vector's fresh state (adam: the matrix's count 1, its bases again); the matrix's counts 2,
+            # 4 and 6 refresh its bases
+            assert regular == [False, False, True, False, True, False], regular
+        else:
+            for gs in grads:
+                W.grad, b.grad = gs[0].clone(), gs[1].clone()
+                opt.step()
+        out.append((W.detach().clone(), b.detach().clone()))
+    for x, y in zip(*out):
+        torch.testing.assert_close(y, x, rtol=1e-12, atol=1e-14)
