@@ -176,6 +176,3 @@ def print_table(page: str) -> None:
         end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
         print("\n".join(lines[start:end]))
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -101,4 +101,4 @@ def check(parts, baseline: dict[str, dict[str, Any]]) -> None:
                           f"state_dict(){more}, so a resume from this checkpoint would not continue exactly; the "
                           "checkpoint was not written",
                           f"return it from state_dict() and restore it in load_state_dict() (docs/extending.md), or "
-                          f"name it in the part's scratch if a resume does not need it")
+                          "name it in the part's scratch if a resume does not need it")
