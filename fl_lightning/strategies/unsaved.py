@@ -100,5 +100,5 @@ def check(parts, baseline: dict[str, dict[str, Any]]) -> None:
         raise ConfigError(f"method.parts.{name}", f"its attribute {attr} changed during the run and is not in its "
                           f"state_dict(){more}, so a resume from this checkpoint would not continue exactly; the "
                           "checkpoint was not written",
-                          f"return it from state_dict() and restore it in load_state_dict() (docs/extending.md), or "
+                          "return it from state_dict() and restore it in load_state_dict() (docs/extending.md), or "
                           "name it in the part's scratch if a resume does not need it")
