@@ -54,6 +54,8 @@ class CompiledStep:
         # loop in the same process (a test, a notebook) would find the first one's entries, fail their guards and,
         # past torch's recompile limit, fall back to eager without a word. A run starts from empty caches.
         torch._dynamo.reset()
+        self.cache = compile_cache()
+        self._cache0 = self._cache_counts()
         self._step_fn, self._fn = step_fn, torch.compile(step_fn, backend=backend)
         self._dynamo = torch._dynamo
         global _CURRENT
@@ -124,14 +126,51 @@ class CompiledStep:
 
         return inductor_config.patch(loop_ordering_after_fusion=False)
 
+    @staticmethod
+    def _cache_counts() -> tuple[int, int]:
+        """Inductor's graphs loaded from its cache, and generated, so far in this process."""
+        from torch._dynamo.utils import counters
+
+        return int(counters["inductor"]["fxgraph_cache_hit"]), int(counters["inductor"]["fxgraph_cache_miss"])
+
     def counts(self) -> dict[str, int]:
         """``compiled_graphs``: compilations of a frame of the step (the first of each frame and its recompiles);
-        ``recompiles``: those after a frame's first."""
+        ``recompiles``: those after a frame's first; ``generated`` and ``from_cache``: inductor's graphs whose code
+        was generated, and those loaded from the compile cache (:func:`compile_cache`) instead."""
         recompiles = sum(1 for i in self._ids if i.split("/")[-1] not in ("0", ""))
-        return {"compiled_graphs": len(self._ids), "recompiles": recompiles}
+        (hits, misses), (hits0, misses0) = self._cache_counts(), self._cache0
+        return {"compiled_graphs": len(self._ids), "recompiles": recompiles, "generated": misses - misses0,
+                "from_cache": hits - hits0}
 
     def log_counts(self) -> dict[str, int]:
         c = self.counts()
-        log.info("trainer.compile=%s (%s): %d frames of the local step compiled, %d of them recompiles",
-                 self.mode, self.backend, c["compiled_graphs"], c["recompiles"])
+        log.info("trainer.compile=%s (%s): %d frames of the local step compiled, %d of them recompiles; code of %d "
+                 "graphs generated, of %d loaded from the compile cache %s", self.mode, self.backend,
+                 c["compiled_graphs"], c["recompiles"], c["generated"], c["from_cache"], self.cache)
         return c
+
+
+def compile_cache() -> str:
+    """Where inductor keeps the code it generates: ``$TORCHINDUCTOR_CACHE_DIR`` if set (to other than torch's
+    default), else
+    ``inductor/<arch>-<cpu ISA>/`` under the package's cache folder (``$FL_CACHE_DIR``, default
+    ``~/.cache/fl_lightning``) instead of torch's default in ``/tmp``: so the runs of a sweep, one after another or
+    side by side, on one machine or on nodes sharing that folder, generate a step's code once and load it after
+    (inductor's FX-graph and AOT-autograd caches, keyed by the graph, the device and the versions; written
+    atomically, so parallel jobs share it). One folder per CPU instruction set: generated CPU code is cached by its
+    source, not by the ISA it was built for, so a node without AVX-512 (or a run with ``ATEN_CPU_CAPABILITY``
+    forced) loading another's kernels would crash."""
+    import os
+    import platform
+
+    import torch
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from .data.cache import cache_root
+
+    given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if given and os.path.abspath(given) != os.path.abspath(default_cache_dir()):  # torch writes its default there
+        return given
+    isa = f"{platform.machine()}-{torch.backends.cpu.get_cpu_capability()}".lower()
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(cache_root(), "inductor", isa)
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]

@@ -12,8 +12,9 @@ token files, vocabularies) goes through :func:`publish`:
   it is gone);
 - an OS error (disk full, permissions) is a one-line :class:`~fl_lightning.errors.DiskError` naming the path.
 
-Caches live under ``$FL_CACHE_DIR`` (default ``~/.cache/fl_lightning``); deleting that folder is safe while nothing
-runs, and everything is rebuilt on the next run.
+Caches live under ``$FL_CACHE_DIR`` (default ``~/.cache/fl_lightning``: :func:`cache_root`; ``trainer.compile``'s
+code too, in ``inductor/``); deleting that folder is safe while nothing runs, and everything is rebuilt on the next
+run.
 """
 from __future__ import annotations
 
@@ -31,6 +32,12 @@ MARKER = ".fl_complete"
 # a test's hook: called with the temporary path after the build and before the rename (a barrier to make a race
 # certain, or a kill between write and publish)
 _before_publish: Callable[[str], None] | None = None
+
+
+def cache_root() -> str:
+    """``$FL_CACHE_DIR``, or ``~/.cache/fl_lightning``: where the package's caches live (absolute)."""
+    root = os.environ.get("FL_CACHE_DIR") or os.path.join("~", ".cache", "fl_lightning")
+    return os.path.abspath(os.path.expanduser(root))
 
 
 def lock_path(final: str) -> str:

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from .cache import cache_root
 
 # files a save_pretrained tokenizer directory may hold; their bytes are the tokenizer's fingerprint
 TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "merges.txt", "vocab.txt", "sentencepiece.bpe.model",
@@ -24,7 +25,7 @@ def default_cache_dir(cache_dir: str | None) -> str | None:
     if cache_dir is None or cache_dir is False:
         return None
     if str(cache_dir) == "auto":
-        cache_dir = os.environ.get("FL_CACHE_DIR") or os.path.join("~", ".cache", "fl_lightning")
+        return cache_root()
     return os.path.abspath(os.path.expanduser(str(cache_dir)))
 
 
