@@ -23,16 +23,16 @@ from ._compat import import_fabric, set_collective_timeout, starts_processes_fro
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .compiled_step import CompiledStep
-from .config import _interpolation_source, instantiate
-from .config_args import check_targets
+from .config import interpolation_source, instantiate
+from .config import check_targets
 from .data import FEDERATION_KEYS, build_federated_data
 from .errors import ConfigError
 from .loop import FederatedLoop, LoopConfig
 from .models import build_model
-from .paper_block import read_paper
+from .config import read_paper
 from .recorder import RunRecorder
-from .schema import not_result_keys
-from .schema_check import check, check_value, rules
+from .config import not_result_keys
+from .config import check, check_value, rules
 from .strategies import build_strategy
 from .threads import auto_threads
 
@@ -43,9 +43,9 @@ _NOT_RESULT_GROUPS = ("hydra", "logger")
 
 
 def validate(cfg: DictConfig, checked: bool = False) -> None:
-    """The schema's checks and rules (:func:`fl_lightning.schema_check.check`; ``checked``: the CLI ran them already, before
+    """The schema's checks and rules (:func:`fl_lightning.config.checks.check`; ``checked``: the CLI ran them already, before
     torch was imported), the ``_target_`` nodes' keys against their constructors
-    (:func:`fl_lightning.config_args.check_targets`), then what needs torch: a GPU asked for is there."""
+    (:func:`fl_lightning.config.args.check_targets`), then what needs torch: a GPU asked for is there."""
     if not checked:
         check(cfg)
     check_targets(cfg, drop={"data": FEDERATION_KEYS})  # every group built from _target_s (schema.TARGET_GROUPS)
@@ -253,7 +253,7 @@ def _check_launcher(fabric) -> None:
 
 def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, resume: str | None = None):
     """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``).
-    ``checked``: :func:`fl_lightning.schema_check.check` already ran on ``cfg`` (the CLI does, before torch is imported).
+    ``checked``: :func:`fl_lightning.config.checks.check` already ran on ``cfg`` (the CLI does, before torch is imported).
     ``resume``: the run directory this run continues (its saved config decides what ``auto`` precisions resolve to)."""
     saved = os.path.join(resume, "config.yaml") if resume else None
     precision.resolve(cfg, OmegaConf.load(saved) if saved and os.path.exists(saved) else None)  # before the checks
@@ -326,7 +326,7 @@ def lr_keys(cfg: DictConfig) -> dict[str, str | None]:
     """The keys a user types for the clients' learning rate (the local optimizer's ``lr``) and the server's (a
     server optimizer's ``lr``, else a part's ``server_lr``), following interpolations (``${method.server_lr}``)."""
     def typed(key: str) -> str:
-        return _interpolation_source(cfg, key) or key
+        return interpolation_source(cfg, key) or key
 
     client = typed("optimizer.lr") if OmegaConf.select(cfg, "optimizer.lr") is not None else None
     server = None

@@ -18,10 +18,10 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 from . import peers, signals, slurm
 from .errors import FLError, NonFiniteLossError, StopRequested
 from .progress import set_enabled
-from .run_dir import (CONTROL, OVERRIDES_FILE, RunDirLock, _in_sweep, _okey, _resume_hint, _saved_overrides, _task_overrides,
+from .run_dir import (CONTROL, OVERRIDES_FILE, RunDirLock, in_sweep, override_key, resume_hint, saved_overrides, task_overrides,
                       guard_fresh_run, merge_overrides, resume_command, resume_config)
-from .schema import CONFIG_GROUPS, OPTIONAL_GROUPS, register
-from .schema_check import check, check_overrides, check_resume, check_value, closest_key
+from .config import CONFIG_GROUPS, OPTIONAL_GROUPS, register
+from .config import check, check_overrides, check_resume, check_value, closest_key
 
 register()  # the schema (conf/config.yaml's first default) before Hydra composes
 
@@ -136,7 +136,7 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
         name = str(missing.full_key)
         near, takes = None, None
         try:
-            rest = [a for a in argv if _okey(a) != name and not a.startswith("hydra.")]
+            rest = [a for a in argv if override_key(a) != name and not a.startswith("hydra.")]
             with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
                 composed = compose(config_name="config", overrides=rest)
             near = closest_key(composed, name)
@@ -153,7 +153,7 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
                f"e.g. +{name}=..."
     if m and "No match in the defaults list" in str(err):  # server_opt=adam with a method that has no server optimizer
         name = m.group(1)
-        val = next((a.partition("=")[2] for a in argv if _okey(a) == name), "<name>")
+        val = next((a.partition("=")[2] for a in argv if override_key(a) == name), "<name>")
         fix = (f"choose a method with a server optimizer, e.g. method=fedadam server_opt={val}" if name == "server_opt"
                else f"add it with +{name}={val}")
         return f"config error: {name}: this config has no {name} to override; fix: {fix}"
@@ -166,12 +166,12 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
 def _target_takes(cfg, name: str) -> tuple[str, list[str]] | None:
     """(target, its arguments) when ``name``'s parent node is built by a ``_target_`` whose signature has no such
     argument (and no ``**kwargs``); None when it has one, or the node has no target (then ``+name=`` may be right)."""
-    from .config_args import _target_info
+    from .config import target_info
 
     parent, _, leaf = name.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None) if parent else None
     target = node.get("_target_") if OmegaConf.is_dict(node) else None
-    info = _target_info(target) if isinstance(target, str) else None
+    info = target_info(target) if isinstance(target, str) else None
     if info is None or info[1] is None:
         return None
     sig = info[1]
@@ -222,7 +222,7 @@ def _say_where(summary: dict, run_dir: str, progress: bool, cfg: DictConfig | No
               flush=True)
     if not summary.get("finished", True):
         print(f"stopped after round {summary.get('rounds_done')} (stop_after_rounds); checkpoint saved. Resume with:\n"
-              f"{_resume_hint(run_dir, cfg)}", file=sys.stderr, flush=True)
+              f"{resume_hint(run_dir, cfg)}", file=sys.stderr, flush=True)
 
 
 def _requeue_line(cfg: DictConfig, stop: StopRequested, run_dir: str, asked: str | None) -> str | None:
@@ -335,7 +335,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     asked = cfg.get("resume")  # as typed (auto, a directory or none): what a requeued job's command will do
     loop = None
     try:
-        check(cfg, _task_overrides())  # every schema key and rule, before torch is imported (once: see build)
+        check(cfg, task_overrides())  # every schema key and rule, before torch is imported (once: see build)
         from .build import build  # imports torch (2 s): after the schema check, so a bad key fails in a moment
         force = flag(cfg, "force_resume")
         if resume:
@@ -352,11 +352,11 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
         loop.setup(resume=resume, force=force)
         if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone
             OmegaConf.save(cfg, os.path.join(run_dir, "config.yaml"), resolve=True)
-            ov = _saved_overrides()
+            ov = saved_overrides()
             if ov is not None:
                 saved = os.path.join(run_dir, OVERRIDES_FILE)
                 old = [str(o) for o in OmegaConf.load(saved)] if resume and os.path.exists(saved) else []
-                kept = [o for o in merge_overrides(old, ov) if _okey(o) not in CONTROL]
+                kept = [o for o in merge_overrides(old, ov) if override_key(o) not in CONTROL]
                 OmegaConf.save(ListConfig(kept), saved)
         progress = flag(cfg, "trainer.progress", default=True)
         summary = loop.run(cfg.get("stop_after_rounds"), progress)
@@ -367,7 +367,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
         if child:  # rank 0 reports (and a non-zero child would make Lightning's observer kill the launcher)
             sys.exit(0)
         line = _requeue_line(cfg, stop, run_dir, asked) if stop.signum == signal.SIGUSR1 else None
-        print(line or f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{_resume_hint(run_dir, cfg)}",
+        print(line or f"stopped after round {stop.round_done}; checkpoint saved. Resume with:\n{resume_hint(run_dir, cfg)}",
               file=sys.stderr)
         sys.exit(128 + stop.signum)
     except KeyboardInterrupt:  # a second Ctrl-C / SIGTERM: abort now, without a traceback
@@ -377,7 +377,7 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     except NonFiniteLossError as err:
         if full:
             raise
-        if _in_sweep():  # one diverged job of a sweep: its summary.json holds the error; the other jobs go on
+        if in_sweep():  # one diverged job of a sweep: its summary.json holds the error; the other jobs go on
             print(f"error: {err}", file=sys.stderr)
             return None
         fail(str(err))

@@ -33,7 +33,7 @@ from .errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested 
 from .progress import RoundProgress
 from .recorder import RunRecorder
 from .schedule import lr_factor
-from .schema import FL, Checkpoint
+from .config import FL, Checkpoint
 from .services import LoopServices
 from .strategies.base import MODEL_KEY, Aggregate, ClientContext, ServerContext, Strategy
 
@@ -43,7 +43,7 @@ log = logging.getLogger("fl_lightning")
 @dataclass
 class LoopConfig:
     """What the loop needs to know, every value typed and checked by the schema (no default is stated here): the
-    ``fl`` and ``checkpoint`` groups (:class:`fl_lightning.schema.FL`, :class:`~fl_lightning.schema.Checkpoint`),
+    ``fl`` and ``checkpoint`` groups (:class:`fl_lightning.config.schema.FL`, :class:`~fl_lightning.config.schema.Checkpoint`),
     the seed, and the keys a user types for the clients' and the server's learning rate (a diverging run's message
     names the one that grew the loss; ``build.lr_keys`` finds them)."""
 

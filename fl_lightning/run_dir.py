@@ -23,7 +23,7 @@ OVERRIDES_FILE = "overrides.yaml"  # the run's own overrides (Hydra's .hydra/ co
 
 
 # ---------------------------------------------------------------------------------------------- overrides
-def _task_overrides() -> list[str] | None:
+def task_overrides() -> list[str] | None:
     """The command line's config overrides (not hydra.*), or None outside a Hydra app."""
     try:
         return list(HydraConfig.get().overrides.task)
@@ -31,15 +31,15 @@ def _task_overrides() -> list[str] | None:
         return None
 
 
-def _saved_overrides() -> list[str] | None:
+def saved_overrides() -> list[str] | None:
     """What a run keeps in its ``overrides.yaml``: the command line's config overrides and its ``hydra.searchpath``
     (a method, model or dataset of the user's own configs must be found again by ``resume=DIR``), ``file://``
     folders made absolute so that the resume command works from any directory; None outside a Hydra app."""
-    ov = _task_overrides()
+    ov = task_overrides()
     if ov is None:
         return None
     for o in HydraConfig.get().overrides.hydra:
-        if _okey(str(o)) == "hydra.searchpath":
+        if override_key(str(o)) == "hydra.searchpath":
             ov.append(absolute_searchpath(str(o)))
     return ov
 
@@ -57,7 +57,7 @@ def absolute_searchpath(override: str) -> str:
     return f"{key}=[{','.join(items)}]"
 
 
-def _in_sweep() -> bool:
+def in_sweep() -> bool:
     """Is this job one of a Hydra multirun (``-m``)?"""
     try:
         return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
@@ -65,15 +65,15 @@ def _in_sweep() -> bool:
         return False
 
 
-def _okey(override: str) -> str:
+def override_key(override: str) -> str:
     return override.split("=", 1)[0].lstrip("+~")
 
 
 def merge_overrides(saved: list[str], new: list[str]) -> list[str]:
     """The saved run's overrides with the new ones on top (a new ``key=...`` replaces the saved one); the control
     keys (resume, force_resume, stop_after_rounds, overwrite) are never carried over."""
-    keys = {_okey(o) for o in new}
-    return [o for o in saved if _okey(o) not in keys and _okey(o) not in CONTROL] + list(new)
+    keys = {override_key(o) for o in new}
+    return [o for o in saved if override_key(o) not in keys and override_key(o) not in CONTROL] + list(new)
 
 
 def resume_config(cfg: DictConfig, run_dir: str, force: bool) -> DictConfig:
@@ -136,7 +136,7 @@ def guard_fresh_run(run_dir: str, overwrite: bool) -> None:
             os.remove(os.path.join(run_dir, name))
 
 
-def _resume_hint(run_dir: str, cfg: DictConfig | None = None) -> str:
+def resume_hint(run_dir: str, cfg: DictConfig | None = None) -> str:
     return f"  {resume_command(run_dir, cfg)}"
 
 

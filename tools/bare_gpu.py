@@ -48,7 +48,7 @@ def peak_tflops(device, precision: str) -> float | None:
 def compose(overrides: list[str]):
     from hydra import compose as hydra_compose, initialize_config_dir
 
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     register()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):

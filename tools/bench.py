@@ -64,7 +64,7 @@ def framework_plan(root: str, out: str, world: int) -> None:
     from fl_lightning.data import build_federated_data
     from fl_lightning.loop import assign_clients
 
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     register()  # the config schema, conf/config.yaml's first default
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):

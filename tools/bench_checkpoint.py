@@ -58,7 +58,7 @@ def one(n: int, store: str, rounds: int, blocks: int, model: list[str], work: st
           "data.augment=false", "data.batch_size=50", "data/partition=iid", f"fl.num_clients={n}",
           "fl.clients_per_round=10", f"fl.rounds={2 * rounds * blocks + 2}", "trainer.accelerator=cpu", "trainer.progress=false",
           "trainer.threads=1", *extra] + ([f"store.offload_dir={os.path.join(work, f'store_{n}')}"] if store == "disk" else [])
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     register()  # the config schema, conf/config.yaml's first default
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):

@@ -27,7 +27,7 @@ from fl_lightning.build import build  # noqa: E402
 def main(overrides: list[str]) -> None:
     conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
     ov = ["trainer.progress=false", "checkpoint.every=100000", "fl.eval_every=100000"] + overrides
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     register()  # the config schema, conf/config.yaml's first default
     with initialize_config_dir(config_dir=conf, version_base="1.3"):

@@ -72,7 +72,7 @@ def framework_plan(root: str, out: str, rounds: int) -> None:
 
     from fl_lightning import seeding
     from fl_lightning.data import build_federated_data
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     register()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):

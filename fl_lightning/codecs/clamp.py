@@ -13,7 +13,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from ..ranges import NonNegative
+from ..config import NonNegative
 
 
 class Clamp:

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from ..ranges import Fraction
+from ..config import Fraction
 from .sign import Sign
 
 

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from ..ranges import Range
+from ..config import Range
 
 MODES = ("storage_frac", "rank_frac")
 

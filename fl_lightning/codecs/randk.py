@@ -13,7 +13,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..ranges import Range
+from ..config import Range
 from .topk import TopK
 
 

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from ..ranges import Positive
+from ..config import Positive
 
 
 def steps_bits(k: int) -> int:

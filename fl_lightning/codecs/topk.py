@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..errors import ConfigError
 from ..messages import Msg
-from ..ranges import Range
+from ..config import Range
 from .base import index_bits, value_bits
 
 

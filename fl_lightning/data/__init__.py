@@ -15,7 +15,7 @@ from hydra.utils import get_method
 
 from ..config import instantiate
 from ..errors import ConfigError
-from ..schema import data_defaults
+from ..config import data_defaults
 from .federated import FederatedData
 from .info import DataInfo
 from .tensors import TensorSet

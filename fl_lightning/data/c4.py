@@ -25,7 +25,7 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from ..ranges import Range
+from ..config import Range
 from .info import DataInfo
 from .text import default_cache_dir, load_tokenizer, tokenizer_fingerprint
 from .tokens import TokenSet, build_token_files, read_meta

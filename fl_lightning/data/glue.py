@@ -23,7 +23,7 @@ from typing import Annotated
 import torch
 
 from ..errors import ConfigError
-from ..ranges import OneOf, Range
+from ..config import OneOf, Range
 from .info import DataInfo
 from .tensors import TensorSet
 from .text import cached, default_cache_dir, file_fingerprint, load_tokenizer, tokenize, tokenizer_fingerprint

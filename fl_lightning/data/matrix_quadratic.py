@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..ranges import NonNegative, OneOf, Positive, Range
+from ..config import NonNegative, OneOf, Positive, Range
 from .info import DataInfo
 from .tensors import TensorSet
 

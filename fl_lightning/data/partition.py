@@ -30,7 +30,7 @@ from typing import Annotated
 import numpy as np
 
 from ..errors import ConfigError
-from ..ranges import Positive, Range
+from ..config import Positive, Range
 
 
 def _positive_alpha(alpha) -> float:

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..ranges import Range
+from ..config import Range
 from .info import DataInfo
 from .pydoc_topics import corpus
 from .tensors import TensorSet

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..ranges import Range
+from ..config import Range
 from .info import DataInfo
 from .tensors import TensorSet
 from .cache import publish

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..ranges import Range
+from ..config import Range
 from .info import DataInfo
 from .pydoc_chars import encode
 from .tensors import TensorSet

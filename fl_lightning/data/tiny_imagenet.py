@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..ranges import Range
+from ..config import Range
 from .augment import ImageTransform
 from .info import DataInfo
 from .tensors import TensorSet

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError
-from ..ranges import OneOf
+from ..config import OneOf
 from .augment import ImageTransform
 from .info import DataInfo
 from .tensors import TensorSet

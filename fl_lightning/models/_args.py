@@ -5,9 +5,9 @@ from typing import Annotated
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..ranges import Fraction, Range
+from ..config import Fraction, Range
 
-# the bounds network builders declare (checked before anything is built, see fl_lightning.config_args.check_targets): a
+# the bounds network builders declare (checked before anything is built, see fl_lightning.config.args.check_targets): a
 # huge width or depth is one line naming the key, never an allocation
 Width = Annotated[int, Range(1, 1 << 16)]  # channels, hidden units, embedding sizes
 Widths = Annotated[list[int], Range(1, 1 << 16)]

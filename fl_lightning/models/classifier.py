@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..ranges import OneOf
+from ..config import OneOf
 from .eval_sums import AccuracySum, MeanSum
 
 

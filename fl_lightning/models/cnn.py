@@ -12,7 +12,7 @@ from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..ranges import Range
+from ..config import Range
 from ._args import Width, Widths, image_shape, positive_ints
 
 

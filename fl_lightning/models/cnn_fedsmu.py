@@ -15,7 +15,7 @@ from typing import Annotated
 from torch import nn
 
 from ..data.info import DataInfo
-from ..ranges import Range
+from ..config import Range
 from ._args import Width, image_shape, positive_ints
 
 

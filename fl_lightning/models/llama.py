@@ -16,7 +16,7 @@ from typing import Annotated
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..ranges import OneOf, Positive, Range
+from ..config import OneOf, Positive, Range
 from ._args import Depth, Width, positive_ints
 
 

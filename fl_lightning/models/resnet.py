@@ -26,7 +26,7 @@ from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..ranges import OneOf, Range
+from ..config import OneOf, Range
 from ._args import Depth, image_shape, positive_ints
 
 NORMS = ("gn", "bn", "gn_stem_bn_blocks")

@@ -29,7 +29,7 @@ from torch import nn
 from ..data.info import DataInfo
 from ..data.text import hf_offline, no_hf_progress_bars
 from ..errors import ConfigError
-from ..ranges import Positive, Range
+from ..config import Positive, Range
 from ._args import Dropout, fraction, lora_args
 
 LORA_TARGETS = ("query", "key", "value", "dense")

@@ -24,7 +24,7 @@ from torchmetrics.classification import BinaryF1Score, MulticlassAccuracy, Multi
 
 from ..data.info import DataInfo
 from ..errors import ConfigError, ResumeError
-from ..ranges import OneOf
+from ..config import OneOf
 from .classifier import build_net
 
 METRICS = ("acc", "f1", "mcc")

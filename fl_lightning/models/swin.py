@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..ranges import OneOf, Positive, Range
+from ..config import OneOf, Positive, Range
 from ._args import Depths, Dropout, Width, choice, fraction, image_shape, lora_args, positive_ints
 
 RESIZES = ("bilinear", "resize_crop")

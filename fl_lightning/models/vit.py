@@ -30,7 +30,7 @@ from torch import nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..ranges import OneOf, Range
+from ..config import OneOf, Range
 from ._args import Depth, Dropout, Width, attention_dims, choice, fraction, image_shape, positive_ints
 
 POS_EMBEDS = ("learn", "sincos")

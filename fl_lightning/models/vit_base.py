@@ -38,7 +38,7 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..ranges import Range
+from ..config import Range
 from ._args import Depth, Dropout, Width, attention_dims, fraction, image_shape, positive_ints
 
 VARIANT = "vit_base_patch16_224.orig_in21k"

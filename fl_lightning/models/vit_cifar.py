@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..data.info import DataInfo
-from ..ranges import Range
+from ..config import Range
 from ._args import Depth, Dropout, Width, fraction, image_shape, positive_ints
 from .vit import resolve_patch
 

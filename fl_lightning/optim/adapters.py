@@ -132,7 +132,10 @@ class StateAdapter:
                 if cur is None:
                     fresh = self.init_state(p) if fresh is None else fresh
                     cur = fresh.get(k, torch.zeros((), dtype=_scalar_dtype()))
-                state[k] = self._cast_scalar(p, k, v, cur)
+                if isinstance(cur, Tensor) and k in state and type(self)._cast_scalar is StateAdapter._cast_scalar:
+                    cur.copy_(v)  # _cast_scalar's value into the same tensor (Adam's step: a compiled step
+                else:             # guards on its identity, one recompile per client it was replaced for)
+                    state[k] = self._cast_scalar(p, k, v, cur)
             elif isinstance(cur, Tensor) and cur.shape == v.shape:
                 cur.copy_(v)
             else:

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 import torch
 from torch import Tensor
 
-from ..ranges import Betas, LearningRate, NonNegative
+from ..config import Betas, LearningRate, NonNegative
 from .adapters import StateAdapter
 from .scalars import foreach_add_scaled_
 

@@ -56,7 +56,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..ranges import Betas, LearningRate, NonNegative, OneOf, Range
+from ..config import Betas, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .muon_groups import build_groups, check_group, muon_param_names, split_muon_params
 from .muon_math import (NS_BATCHING, adamw_update_foreach, decoupled_step, decoupled_step_foreach, lmo_update,

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from torch import Tensor, nn
 
-from ..ranges import OneOf
+from ..config import OneOf
 from .muon_math import AUX, EXCLUDABLE, LMOS, NS_BATCHING, MOMENTUM_STYLES, SCALE_MODES, STYLE_ALIASES
 from .newton_schulz import resolve_coeffs
 

@@ -37,7 +37,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..ranges import Betas, Fraction, LearningRate, NonNegative, OneOf, Range
+from ..config import Betas, Fraction, LearningRate, NonNegative, OneOf, Range
 from .adapters import StateAdapter
 from .scalars import foreach_add_scaled_
 

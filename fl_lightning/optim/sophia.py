@@ -26,7 +26,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..ranges import Betas, LearningRate, NonNegative, OneOf, Positive
+from ..config import Betas, LearningRate, NonNegative, OneOf, Positive
 from .adapters import StateAdapter
 from .scalars import foreach_add_scaled_
 

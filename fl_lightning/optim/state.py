@@ -90,8 +90,54 @@ def import_optimizer_state(opt: torch.optim.Optimizer, flat: dict[str, Tensor]) 
         else:
             state[int(head)] = values
     sd["state"] = state
-    opt.load_state_dict(sd)
+    if not _import_in_place(opt, sd):
+        opt.load_state_dict(sd)
     _ZEROED.pop(opt, None)
+
+
+def _import_in_place(opt: torch.optim.Optimizer, sd: dict) -> bool:
+    """``opt.load_state_dict(sd)`` written into the state ``opt`` holds (:func:`allocate`, :func:`reset_in_place`):
+    each tensor copied into the tensor already there, the values those of the tensors ``load_state_dict`` would keep
+    (its own per-parameter cast), so a client's state imported for each of its rounds leaves the run's state tensors
+    the same objects (a compiled step guards on them: ``torch.optim.Adam``'s ``step`` tensor by its identity, a
+    recompile per client imported). Only where that is the same: an optimizer whose adapter allocates its state
+    (``zero_is_fresh``), with ``torch.optim.Optimizer``'s own ``load_state_dict`` and no hooks, and a state of the same
+    entries, shapes, dtypes and devices; False (nothing written) otherwise."""
+    from .adapters import adapter_for
+
+    if (not adapter_for(opt).zero_is_fresh or type(opt).load_state_dict is not torch.optim.Optimizer.load_state_dict
+            or opt._optimizer_load_state_dict_pre_hooks or opt._optimizer_load_state_dict_post_hooks):
+        return False
+    params = [p for g in opt.param_groups for p in g["params"]]
+    if {i for i, p in enumerate(params) if opt.state.get(p)} != set(sd["state"]):
+        return False
+    writes: list[tuple[dict, str, Any]] = []
+    for i, values in sd["state"].items():
+        st = opt.state[params[i]]
+        if set(st) != set(values):
+            return False
+        for k, v in values.items():
+            cur = st[k]
+            if isinstance(v, Tensor):
+                want = torch.optim.Optimizer._process_value_according_to_param_policy(
+                    params[i], v, i, sd["param_groups"], k)
+                if not (isinstance(cur, Tensor) and cur.shape == want.shape and cur.dtype == want.dtype
+                        and cur.device == want.device):
+                    return False
+                writes.append((st, k, want))
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and isinstance(cur, (int, float)):
+                writes.append((st, k, v))
+            else:
+                return False
+    with torch.no_grad():
+        for st, k, v in writes:
+            if isinstance(v, Tensor):
+                st[k].copy_(v)
+            else:
+                st[k] = v
+    for group, saved in zip(opt.param_groups, sd["param_groups"]):
+        group.update({k: v for k, v in saved.items() if k not in ("params", "param_names")})
+    return True
 
 
 def reset_in_place(opt: torch.optim.Optimizer, fresh: torch.optim.Optimizer) -> torch.optim.Optimizer:

@@ -99,7 +99,7 @@ def result_overrides(config: DictConfig) -> list[str]:
     """The command line's overrides that change what the runs compute: every task override but the experiment itself,
     the keys that leave results alone (``schema.not_result_keys``) and how it runs (``trainer.*``: the device, its
     precision), and any change of the sweeper's grid."""
-    from ..schema import not_result_keys
+    from ..config import not_result_keys
 
     free = set(not_result_keys())
     out = []

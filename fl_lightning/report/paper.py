@@ -1,4 +1,4 @@
-"""The paper's numbers beside ours: each run's own ``paper:`` block (:class:`fl_lightning.schema.Root`).
+"""The paper's numbers beside ours: each run's own ``paper:`` block (:class:`fl_lightning.config.schema.Root`).
 
     paper:
       source: "seed 002 (FedSMU), Table 2: CIFAR-10, Dir (0.25)-H"   # where the numbers are printed
@@ -28,7 +28,7 @@ import math
 from typing import Any
 
 
-from ..paper_block import UNITS, Paper, PaperError, read_paper  # noqa: F401 (the report's names for them)
+from ..config import UNITS, Paper, PaperError, read_paper  # noqa: F401 (the report's names for them)
 from ..errors import ReportError
 from .about import values
 from .table import Row

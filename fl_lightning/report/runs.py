@@ -14,7 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ReportError  # noqa: F401 (the report package names it from here)
-from ..schema import not_result_keys
+from ..config import not_result_keys
 
 # group keys that name a config group by its display name (``method.name``...), as the CLI and summaries do
 _NAMED = {"method": "method.name", "model": "model.name", "data": "data.name", "partition": "data.partition.name"}

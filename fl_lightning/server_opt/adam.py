@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..ranges import Fraction, NonNegative, Positive
+from ..config import Fraction, NonNegative, Positive
 from .base import ServerOptimizer, check_beta, check_nonneg, state_dtype
 
 

@@ -22,7 +22,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..ranges import Fraction, NonNegative, OneOf, Positive
+from ..config import Fraction, NonNegative, OneOf, Positive
 from .adam import AdaptiveServerOptimizer
 from .base import check_choice
 

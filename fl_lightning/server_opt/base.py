@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..ranges import Positive
+from ..config import Positive
 
 
 def check_positive(name: str, value, fix: str) -> float:

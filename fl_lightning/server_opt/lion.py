@@ -11,7 +11,7 @@ the paper's beta1 = 0.9, beta2 = 0.99; lr should be ~3-10x smaller than an Adam 
 from __future__ import annotations
 
 from ..optim.lion import lion_update  # the pure update, shared with the local optimizer
-from ..ranges import Fraction, NonNegative, Positive
+from ..config import Fraction, NonNegative, Positive
 from .base import ServerOptimizer, check_beta, check_nonneg
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..ranges import Fraction, Positive
+from ..config import Fraction, Positive
 from .base import ServerOptimizer, check_beta
 
 

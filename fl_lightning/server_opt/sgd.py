@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..ranges import NonNegative, Positive
+from ..config import NonNegative, Positive
 from .base import ServerOptimizer, check_nonneg
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..ranges import Fraction, NonNegative, Positive
+from ..config import Fraction, NonNegative, Positive
 from .adam import AdaptiveServerOptimizer, adaptive_step
 
 

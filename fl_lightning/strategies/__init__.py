@@ -5,7 +5,7 @@
       local_optimizer: {_target_: fl_lightning.strategies.parts.LocalOptimizer, optimizer: ${optimizer}, ...}
       aggregation:     {_target_: fl_lightning.strategies.parts.ModelAverage, ...}
 
-Each part is built by Hydra's recursive instantiation (``fl_lightning.config.instantiate``): nested ``_target_``
+Each part is built by Hydra's recursive instantiation (``fl_lightning.config.compose.instantiate``): nested ``_target_``
 nodes arrive as ready objects, ``_partial_: true`` nodes as factories (an optimizer class waiting for its params),
 so parts never import Hydra. A bad value anywhere in a part's tree is a one-line error naming its full key.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from ..config import _root, instantiate, qualify
-from ..config_groups import check_parts
+from ..config import root_of, instantiate, qualify
+from ..config import check_parts
 from ..errors import ConfigError
 from .base import Aggregate, ClientContext, Msg, Part, ServerContext, Strategy
 
@@ -40,7 +40,7 @@ def build_strategy(cfg, key: str = "method") -> Strategy:
             if other not in parts:
                 raise qualify(ConfigError(arg, f"names no part of this method ({other!r})",
                                           f"use one of {', '.join(parts)} (e.g. aggregation)"),
-                              f"{key}.parts.{name}", _root(cfg))
+                              f"{key}.parts.{name}", root_of(cfg))
         if part.reads_parts():
             part.link({arg: parts[other] for arg, other in part.reads_parts().items()})
     return Strategy(cfg.name, parts, grad_clip=cfg.get("grad_clip"))

@@ -16,7 +16,7 @@ def make_cfg(overrides: list[str], run_dir=None):
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     register()
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):

@@ -15,7 +15,7 @@ def method_config(name: str, overrides: list[str] = ()):
     """conf/method/<name>.yaml composed through Hydra (so the yaml itself is under test), with overrides."""
     from hydra import compose, initialize_config_dir
 
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     register()
     with initialize_config_dir(config_dir=CONF, version_base="1.3"):
@@ -96,7 +96,7 @@ def make_loop(strategy, module: nn.Module, data: FakeData, run_dir: str, *, num_
     from lightning.fabric import Fabric
 
     from fl_lightning.loop import FederatedLoop, LoopConfig
-    from fl_lightning.schema import FL, Checkpoint
+    from fl_lightning.config.schema import FL, Checkpoint
 
     fl = FL(num_clients=num_clients, clients_per_round=per_round, rounds=rounds, local_steps=local_steps,
             eval_every=eval_every, lr_schedule=lr_schedule)

@@ -22,7 +22,7 @@ import resource
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from fl_lightning.config_args import _override_text
+from fl_lightning.config.args import override_text
 from tests.helpers.cli import CONF, FAST, make_cfg
 
 pytestmark = pytest.mark.slow
@@ -160,7 +160,7 @@ def verdict(cfg, group: str, overrides: list[str] | None = None):
     ``overrides``: the command line's (``cli.run`` checks that a ``method.X`` one is read by something)."""
     from fl_lightning.build import validate
     from fl_lightning.errors import FLError
-    from fl_lightning.schema_check import check
+    from fl_lightning.config.checks import check
 
     try:
         if overrides:
@@ -246,7 +246,7 @@ def _new_part_and_relabel(cfg, group: str, member: str, node_key: str) -> list[s
     one line naming that node, the closest part first; a node with a ``name`` and a ``_target_`` relabelled as another
     member of its group (one with another ``_target_``) must be refused naming ``<node>.name``, and the fix's
     ``<node>.name=<its own>`` must make the error go away."""
-    from fl_lightning.config_groups import _conf_dirs, _group_members
+    from fl_lightning.config.groups import conf_dirs, group_members
 
     bad = []
     if group == "method":
@@ -263,7 +263,7 @@ def _new_part_and_relabel(cfg, group: str, member: str, node_key: str) -> list[s
                            f"{' and suggesting ' + near if near else ''}: {err}")
     node = OmegaConf.select(cfg, node_key)
     if OmegaConf.is_dict(node) and "name" in node and "_target_" in node:
-        members = _group_members(_conf_dirs(), group)
+        members = group_members(conf_dirs(), group)
         own = members[member][1]
         other = next((m for m in members if members[m][1] != own), None)
         if other is not None:
@@ -322,7 +322,7 @@ def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member)
         value = OmegaConf.to_container(OmegaConf.select(cfg, real.rpartition(".")[0]), resolve=True)[
             real.rpartition(".")[2]]
         with _Set(cfg, typo, value):
-            err = verdict(cfg, group, [f"+{typo}={_override_text(value)}"])
+            err = verdict(cfg, group, [f"+{typo}={override_text(value)}"])
         CASES[0] += 1
         if err is None:
             bad.append(f"+{typo} accepted")

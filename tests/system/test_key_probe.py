@@ -125,7 +125,7 @@ def test_a_plus_key_close_to_one_names_it(method, typed, near):
     """With a leading + the key composes, and nothing reads it (train.py's check of the run's overrides; outside a
     Hydra app cli_in_process has none): the closest key is named too."""
     from fl_lightning.errors import ConfigError
-    from fl_lightning.schema_check import check
+    from fl_lightning.config.checks import check
 
     overrides = [f"method={method}", f"+method.{typed}=0.5"]
     with pytest.raises(ConfigError) as err:

@@ -115,7 +115,7 @@ def test_bytes_follow_the_options(tmp_path, name, overrides):
 def test_experiment_configs_compose(exp):
     from hydra import compose, initialize_config_dir
 
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     from omegaconf import OmegaConf
 

@@ -1,5 +1,5 @@
 """One construction idiom: strategy parts, optimizers (conf/optimizer/) and their factories are built from `_target_`
-configs by fl_lightning.config.instantiate, and a bad value anywhere becomes one ConfigError naming the full key."""
+configs by fl_lightning.config.compose.instantiate, and a bad value anywhere becomes one ConfigError naming the full key."""
 from __future__ import annotations
 
 import pytest
@@ -37,7 +37,7 @@ def test_part_errors_name_the_full_key(method, override, key):
 
 
 def test_a_node_without_target_under_parts_names_the_parts_and_the_closest():
-    from fl_lightning.config_groups import check_parts
+    from fl_lightning.config.groups import check_parts
 
     cfg = method_config("fedavg", ["+method.parts.agregation.rule=mean"])
     with pytest.raises(ConfigError) as err:
@@ -55,7 +55,7 @@ def test_a_node_without_target_under_parts_names_the_parts_and_the_closest():
 def test_a_label_that_disagrees_with_its_target_is_refused():
     """``data.partition.name=foo`` ran the Dirichlet partition labelled foo; a node whose ``_target_`` is the user's
     own may carry any label (docs/extending.md: ``model.net._target_=mymodels.x`` on the default model)."""
-    from fl_lightning.config_groups import check_labels
+    from fl_lightning.config.groups import check_labels
     from tests.helpers.cli import make_cfg
 
     for overrides, key, fix in [

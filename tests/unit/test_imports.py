@@ -9,8 +9,8 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
 
 # lowest first; a module may import its own package's modules and anything in a lower layer
 LAYERS = [
-    {"errors", "seeding", "schedule", "schema", "schema_check", "paper_block", "messages", "config", "_compat", "keys", "signals", "threads",
-     "slurm", "peers", "ranges", "config_args", "config_groups", "precision"},
+    {"errors", "seeding", "schedule", "messages", "config", "_compat", "signals", "threads", "slurm", "peers",
+     "precision"},
     {"codecs", "optim", "data", "checkpoint", "client_store", "recorder", "progress", "report"},
     {"server_opt", "models"},
     {"strategies"},
@@ -94,9 +94,31 @@ def test_no_import_cycle():
 
 
 def test_the_range_vocabulary_imports_only_the_standard_library():
-    """fl_lightning/ranges.py (Range, OneOf, NonNegative, Positive, Fraction, Betas) is what every constructor
+    """fl_lightning/config/ranges.py (Range, OneOf, NonNegative, Positive, Fraction, Betas) is what every constructor
     signature declares its ranges with: it imports neither torch nor omegaconf nor any module of the package."""
-    tree = ast.parse(open(os.path.join(ROOT, "ranges.py")).read())
+    tree = ast.parse(open(os.path.join(ROOT, "config", "ranges.py")).read())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {"." * n.level + (n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported <= {"__future__", "dataclasses", "typing"}, imported
+
+
+def test_configuration_is_one_package_used_through_its_api():
+    """Everything that reads, checks or explains configuration lives in fl_lightning/config/; the rest of the
+    package imports only the names its ``__init__`` exports, never a module of it or a private name."""
+    edges, mods = graph(), modules()
+    inside = {m for m in mods if m == "fl_lightning.config" or m.startswith("fl_lightning.config.")}
+    bad = [f"{m} -> {d}" for m, ds in edges.items() if m not in inside for d in ds if d in inside - {"fl_lightning.config"}]
+    assert not bad, bad
+    import fl_lightning.config as api
+
+    private = []
+    for mod, path in mods.items():
+        if mod in inside:
+            continue
+        pkg = mod if path.endswith("__init__.py") else mod.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                if ".".join(base + ([node.module] if node.module else [])) == "fl_lightning.config":
+                    private += [f"{mod}: {a.name}" for a in node.names if a.name not in api.__all__]
+    assert not private, private

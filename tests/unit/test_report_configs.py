@@ -97,7 +97,7 @@ GROUP_KEYS = {"data": "data.name", "model": "model.name", "data/partition": "dat
 def _composed(name: str):
     from hydra import compose, initialize_config_dir
 
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     register()
     with initialize_config_dir(config_dir=os.path.abspath(CONF), version_base="1.3"):
@@ -159,7 +159,7 @@ def test_a_pages_about_text_fills_from_its_config(path):
 
     from fl_lightning.report.about import fill
     from fl_lightning.report.runs import Run
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
 
     raw = _load(path)
     about = str(_at(raw, "hydra.callbacks.report.about"))

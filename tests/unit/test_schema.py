@@ -1,6 +1,6 @@
-"""The config schema (fl_lightning/schema.py): every key probed with {abc, null, -1, 0, 2.5} on the command line is
+"""The config schema (fl_lightning/config/schema.py): every key probed with {abc, null, -1, 0, 2.5} on the command line is
 either a valid value or one line naming that key, before Hydra composes and before torch is imported; the composed
-config is checked the same way (values from yaml files, ``+`` keys); the rules between keys; ``fl_lightning.keys``."""
+config is checked the same way (values from yaml files, ``+`` keys); the rules between keys; ``fl_lightning.config.keys``."""
 from __future__ import annotations
 
 import subprocess
@@ -10,9 +10,9 @@ import pytest
 
 from fl_lightning.build import validate
 from fl_lightning.errors import ConfigError
-from fl_lightning.keys import describe
-from fl_lightning.schema import all_keys
-from fl_lightning.schema_check import check, check_overrides, closest_key
+from fl_lightning.config.keys import describe
+from fl_lightning.config.schema import all_keys
+from fl_lightning.config.checks import check, check_overrides, closest_key
 from tests.helpers.cli import ROOT, make_cfg
 
 # values that are valid for a key (the rest must be refused)
@@ -70,7 +70,7 @@ def test_keys_added_to_the_composed_config_are_refused():
 
 
 def test_every_method_reads_all_its_keys():
-    from fl_lightning.schema_check import unread_method_keys
+    from fl_lightning.config.checks import unread_method_keys
     from tests.helpers.golden import methods
 
     unread = {m: unread_method_keys(make_cfg([f"method={m}"])) for m in methods()}
@@ -99,15 +99,15 @@ def test_closest_key():
 def test_keys_listing_is_generated_from_the_schema():
     rows = {r[0]: r for r in describe()}
     assert set(rows) == set(all_keys())
-    out = subprocess.run([sys.executable, "-m", "fl_lightning.keys", "fl"], capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run([sys.executable, "-m", "fl_lightning.config.keys", "fl"], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0 and "fl.clients_per_round" in out.stdout and "trainer." not in out.stdout
     assert "int in [1, 1000000000]  (default 40)" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "fl_lightning.keys", "nope"], capture_output=True, text=True, cwd=ROOT)
+    bad = subprocess.run([sys.executable, "-m", "fl_lightning.config.keys", "nope"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
 def test_the_schema_imports_no_torch():
-    code = "import sys, fl_lightning.schema, fl_lightning.cli, fl_lightning.keys; print('torch' in sys.modules)"
+    code = "import sys, fl_lightning.config.schema, fl_lightning.cli, fl_lightning.config.keys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -143,7 +143,7 @@ def test_keys_that_leave_results_alone_are_stated_once_and_used_by_the_hash_the_
 
     from fl_lightning.build import config_hash
     from fl_lightning.report.runs import _IGNORED
-    from fl_lightning.schema import all_keys, not_result_keys, register
+    from fl_lightning.config.schema import all_keys, not_result_keys, register
     from tests.helpers.cli import CONF, make_cfg
 
     register()  # conf/config.yaml's exclude_keys call its resolver
@@ -165,7 +165,7 @@ def test_keys_lists_a_chosen_configs_keys_with_their_ranges_and_one_key_and_usag
     """``keys method=fedmuon``: that method's keys, a part's or optimizer's argument described by its annotation
     (also when the method's key feeds it by interpolation); ``keys method.lr``: that key; ``--help``: usage; an
     unknown choice: one line, exit 2."""
-    from fl_lightning.keys import main
+    from fl_lightning.config.keys import main
 
     assert main(["method=fedmuon"]) == 0
     out = capsys.readouterr().out
@@ -175,7 +175,7 @@ def test_keys_lists_a_chosen_configs_keys_with_their_ranges_and_one_key_and_usag
     assert main(["method.lr"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert out[0].startswith("method.lr") and "(value " in out[0]
-    assert main(["--help"]) == 0 and capsys.readouterr().out.startswith("usage: python -m fl_lightning.keys")
+    assert main(["--help"]) == 0 and capsys.readouterr().out.startswith("usage: python -m fl_lightning.config.keys")
     assert main(["method=nosuch"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: keys:")

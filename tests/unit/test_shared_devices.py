@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from fl_lightning.build import shared_devices
 from fl_lightning.errors import ConfigError
-from fl_lightning.schema_check import check_overrides
+from fl_lightning.config.checks import check_overrides
 
 
 def _trainer(**kw):

@@ -52,7 +52,7 @@ def test_requeue_outside_slurm_is_refused(tmp_path):
 def test_trainer_requeue_changes_neither_the_config_hash_nor_a_sweep_folder_name():
     from omegaconf import OmegaConf
 
-    from fl_lightning.schema import register
+    from fl_lightning.config.schema import register
     from fl_lightning.build import config_hash
     from tests.helpers.cli import CONF, make_cfg
 

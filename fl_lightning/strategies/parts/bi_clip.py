@@ -20,7 +20,7 @@ from typing import Annotated
 import torch
 
 from ...errors import ConfigError
-from ...ranges import NonNegative, Range
+from ...config import NonNegative, Range
 from ..base import ClientContext, Part
 
 
@@ -39,9 +39,14 @@ class BiClip(Part):
         t = round_idx + 1
         return self.d * t ** self.gamma, self.u * t ** self.zeta
 
+    def before_step(self, client: ClientContext) -> None:
+        # the round's thresholds, outside the step: a compiled step reads two numbers that stay the same over a run
+        # with constant thresholds (the exponents 0), and never the round (a guard that fails every round)
+        client.slot(self).thresholds = self.thresholds(client.round)
+
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
-        lo, hi = self.thresholds(client.round)
+        lo, hi = client.slot(self).thresholds
         grads = [p.grad for p in client.params.values() if p.grad is not None]
         signs = torch._foreach_sign(grads)
         torch._foreach_abs_(grads)

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...ranges import Fraction, Positive
+from ...config import Fraction, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
 

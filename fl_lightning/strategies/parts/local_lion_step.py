@@ -16,7 +16,7 @@ import torch
 
 from ...errors import ConfigError
 from ...optim.lion import lion_update
-from ...ranges import Fraction, NonNegative, Positive
+from ...config import Fraction, NonNegative, Positive
 from ..base import ClientContext, Part
 from ..records import Field, Record
 

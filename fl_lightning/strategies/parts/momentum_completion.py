@@ -19,7 +19,7 @@ import torch
 
 from ...codecs import LionMomentum
 from ...errors import ConfigError
-from ...ranges import Fraction, NonNegative, Positive
+from ...config import Fraction, NonNegative, Positive
 from ..base import MODEL_KEY, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
 from .model_average import ModelAverage

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import ConfigError
-from ...ranges import NonNegative
+from ...config import NonNegative
 from ..base import ClientContext, Part
 
 

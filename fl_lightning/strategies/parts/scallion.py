@@ -14,9 +14,10 @@ Alg. 1 line 12): with the identity compressor and α = 1 this is SCAFFOLD with �
 (the paper's premise, "an equivalent formulation" of SCAFFOLD with one uploaded vector; decision 002/#6 in
 docs/decisions.md).
 
-η is ``lr`` times the round's schedule factor. K·η is each client's own (local epochs give unequal K): each client
-uploads it as one float64, charged 64 bits (fl_lightning/messages.py's rule), and the server uses their mean over the
-round's clients.
+η is ``lr`` times the round's schedule factor. K·η is each client's own under local epochs (unequal K): each
+client then uploads it as one float64, charged 64 bits (fl_lightning/messages.py's rule), and the server uses their
+mean over the round's clients; with ``fl.local_steps`` the server knows K and η, and nothing is sent (as
+GlobalAlignment's K).
 α (``alpha``): ``None`` (default) is the bound 1/(1 + ω) of the compressor, per tensor: for RandK ω = d/k − 1, so
 α = k/d with k = max(1, ⌈frac·d⌉) (the codec's ``omega(d)``); a number is used for every tensor. Not specified by
 the paper (seed 002 gives neither the compressor nor α; decision 002/#6). Downlink: x and c. Float buffers travel
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from ...codecs.base import CodecState
 from ...errors import ConfigError
-from ...ranges import Positive, Range
+from ...config import Positive, Range
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
 
@@ -55,6 +56,9 @@ class Scallion(Part):
         """α for a tensor of d entries: the given value, or 1/(1 + ω(d)) of the codec."""
         return self.alpha if self.alpha is not None else 1.0 / (1.0 + self.codec.omega(d))
 
+    def _lr_factor(self, r: int) -> float:
+        return float(self.server.lr_factor(r)) if self.server.lr_factor is not None else 1.0
+
     def setup(self, server: ServerContext) -> None:
         self.server = server
         self.c = {n: torch.zeros_like(server.global_params[n]) for n in server.trainable}
@@ -63,7 +67,7 @@ class Scallion(Part):
         c = Field("c/{}")  # the server's control variate, per parameter
 
     class Up(Record):
-        k_eta = Field("k_eta")  # K·η of the client's round (one float64)
+        k_eta = Field("k_eta")  # K·η of the client's round (one float64; only under local epochs)
         u = Field("{}")  # per parameter: the compressed C(Δ_i/(Kη) − c) (the model's own delta where not trained)
 
     class State(Record):
@@ -93,7 +97,8 @@ class Scallion(Part):
         rng = client.codec_rng()
         dev = next(iter(client.global_params.values())).device
         out, state, down = self.Up(self, {}), self.State(self, client.state), self.Down(self, client.received)
-        out.k_eta.set(Msg(torch.tensor(k_eta, dtype=torch.float64, device=dev)))
+        if not self.server.local_steps:  # under local epochs only the client knows its K
+            out.k_eta.set(Msg(torch.tensor(k_eta, dtype=torch.float64, device=dev)))
         for n, x in client.global_params.items():
             delta = x - client.local[n].detach()
             if n not in self.c:
@@ -107,7 +112,10 @@ class Scallion(Part):
     @torch.no_grad()
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
         up = self.Up(self, agg)
-        k_eta = float(up.k_eta.mean())
+        if self.server.local_steps:  # every client's K·η, known here: K = fl.local_steps, η of this round
+            k_eta = self.server.local_steps * self.lr * self._lr_factor(round_idx)
+        else:
+            k_eta = float(up.k_eta.mean())
         for n, x in self.server.global_params.items():
             if n not in self.c:
                 x.add_(up.u.mean(n).to(x.dtype))

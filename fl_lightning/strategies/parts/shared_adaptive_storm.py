@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ...errors import ConfigError
-from ...ranges import Fraction, NonNegative, OneOf, Positive
+from ...config import Fraction, NonNegative, OneOf, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
 from .global_alignment import mean_probe_gradient
@@ -100,11 +100,26 @@ class SharedAdaptiveStorm(Part):
         m, v = recv(down.m), recv(down.v)
         H = torch._foreach_add(torch._foreach_sqrt(v), self.rho)
         t0 = client.round * client.num_steps
-        s = {"m": m, "v": v, "H": H, "t0": t0, "prev": {n: p.detach().clone() for n, p in zip(self.names, params)}}
+        s = {"m": m, "v": v, "H": H, "t0": t0, "prev": {n: p.detach().clone() for n, p in zip(self.names, params)},
+             # a compiled step's 1 − α and η (before_step): 0-d tensors filled in place, inputs of the graph (a float
+             # is a constant of it, recompiled for every new value: every step)
+             "keep_t": torch.zeros((), dtype=torch.float64, device=params[0].device),
+             "scale_t": torch.zeros((), dtype=torch.float64, device=params[0].device)}
         client.slot(self).state = s
         lrs = {id(p): g["lr"] for g in client.optimizer.param_groups for p in g["params"]}
         for p, mi, h in zip(params, m, H):  # the round's first step: x̄ − γ η_t m̄ / H
             p.addcdiv_(mi, h, value=-lrs[id(p)] * self.eta(t0))
+
+    def before_step(self, client: ClientContext) -> None:
+        """The step's two numbers, from the step count, outside the step (a compiled step then reads no count):
+        1 − α_{t+1} and the step size η_{t+1} of the direction, 0 after the round's last gradient (absorbed, no step)."""
+        s = client.slot(self).state
+        t = s["t0"] + client.step  # the step that produced the current point
+        alpha = min(1.0, self.c * self.eta(t) ** 2)
+        last = client.step + 1 >= client.num_steps
+        s["keep"], s["scale"] = 1.0 - alpha, 0.0 if last else self.eta(t + 1)
+        s["keep_t"].fill_(s["keep"])
+        s["scale_t"].fill_(s["scale"])
 
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
@@ -113,18 +128,16 @@ class SharedAdaptiveStorm(Part):
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         with torch.enable_grad():
             old = client.gradient_at(s["prev"])  # ∇F_i(x_t; ξ), the same minibatch
-        t = s["t0"] + client.step  # the step that produced the current point
-        alpha = min(1.0, self.c * self.eta(t) ** 2)
         m = s["m"]
+        compiled = torch.compiler.is_compiling()  # trainer.compile: the numbers as tensors (eager: the floats)
         torch._foreach_sub_(m, [old[n] for n in self.names])
-        torch._foreach_mul_(m, 1.0 - alpha)
+        torch._foreach_mul_(m, s["keep_t"] if compiled else s["keep"])
         torch._foreach_add_(m, grads)                         # m ← ∇F(x_{t+1}) + (1 − α)(m − ∇F(x_t))
         torch._foreach_mul_(s["v"], self.decay)
         torch._foreach_addcmul_(s["v"], grads, grads, value=1.0 - self.decay)
         s["prev"] = {n: p.detach().clone() for n, p in zip(self.names, params)}
-        last = client.step + 1 >= client.num_steps
         direction = torch._foreach_div(m, s["H"])
-        torch._foreach_mul_(direction, 0.0 if last else self.eta(t + 1))  # the last gradient: absorbed, no step
+        torch._foreach_mul_(direction, s["scale_t"] if compiled else s["scale"])  # the last gradient: no step
         for p, d in zip(params, direction):
             p.grad = d
 

@@ -32,7 +32,7 @@ from typing import Annotated
 import torch
 
 from ...errors import ConfigError
-from ...ranges import Range
+from ...config import Range
 from ..base import ClientContext, Part
 from ..records import Field, Record
 

@@ -4,7 +4,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from fl_lightning.config import instantiate
+from fl_lightning.config.compose import instantiate
 from fl_lightning.data import PARTITION_SEED, build_federated_data
 from fl_lightning.data import partition as P
 from fl_lightning.errors import ConfigError

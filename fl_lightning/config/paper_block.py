@@ -1,4 +1,4 @@
-"""A run's ``paper:`` block (:class:`fl_lightning.schema.Root`), read and checked: the paper's numbers and claims
+"""A run's ``paper:`` block (:class:`fl_lightning.config.schema.Root`), read and checked: the paper's numbers and claims
 that ``fl-report`` shows beside the runs, and the setting they hold for (:mod:`fl_lightning.report.paper` explains
 the block). Here, below the report package, so a malformed block is refused before a run without the build importing
 the report."""
@@ -9,8 +9,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from .errors import ConfigError, ReportError
-from .schema_check import closest_key
+from ..errors import ConfigError, ReportError
+from .checks import closest_key
 
 UNITS = ("%", "fraction", None)
 _KEYS = ("source", "metric", "key", "unit", "setting", "cells", "ordering", "claims")

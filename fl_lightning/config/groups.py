@@ -15,7 +15,7 @@ import yaml
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------- labels and parts
 _GROUP_WORDS = {"data": "dataset", "data/partition": "partition"}
@@ -23,10 +23,10 @@ _GROUP_WORDS = {"data": "dataset", "data/partition": "partition"}
 
 def _shipped_conf() -> str:
     """This checkout's conf/ (the members the package ships)."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
 
 
-def _conf_dirs() -> tuple[str, ...]:
+def conf_dirs() -> tuple[str, ...]:
     """The folders Hydra composes from: inside a Hydra app its ``file://`` config sources (conf/ and any
     ``hydra.searchpath`` folder), else this checkout's conf/."""
     try:
@@ -48,7 +48,7 @@ def _merge(a: dict, b: dict) -> dict:
 
 
 @functools.lru_cache(maxsize=None)
-def _group_members(dirs: tuple[str, ...], group: str) -> dict[str, tuple[str, tuple, bool]]:
+def group_members(dirs: tuple[str, ...], group: str) -> dict[str, tuple[str, tuple, bool]]:
     """``{file name: (its yaml's name, its identity, shipped)}`` for the members of ``group`` (``data/partition``) in
     ``dirs`` (shipped: from the package's conf/, not a ``hydra.searchpath`` folder); a member that extends another of
     its group (``defaults: [cnn_fedsmu, _self_]``) has the merged keys."""
@@ -114,7 +114,7 @@ def check_labels(cfg: DictConfig, dirs: tuple[str, ...] | None = None) -> None:
     name. A node whose ``_target_`` no shipped member has (the user's own, ``model.net._target_=mymodels.x``, also one
     with a yaml in a ``hydra.searchpath`` folder) may carry any label; a user's yaml of a shipped ``_target_`` carries
     its own. Methods (no ``_target_``: the parts are) and optimizers (no ``name``) have none to check."""
-    dirs = _conf_dirs() if dirs is None else dirs
+    dirs = conf_dirs() if dirs is None else dirs
     if not dirs:
         return
     groups = _group_folders(tuple(dirs))
@@ -131,7 +131,7 @@ def check_labels(cfg: DictConfig, dirs: tuple[str, ...] | None = None) -> None:
             plain = OmegaConf.to_container(node, resolve=True)
         except Exception:  # noqa: BLE001 - an interpolation that does not resolve: instantiate names it
             continue
-        members = _group_members(tuple(dirs), group)
+        members = group_members(tuple(dirs), group)
         ident = _identity(plain, _subgroups(groups, group))
         same = [stem for stem, (_, idt, _) in members.items() if idt == ident]
         owners = [stem for stem in same if members[stem][2]]

@@ -22,13 +22,13 @@ from hydra.utils import get_object
 from hydra.utils import instantiate as hydra_instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import ConfigError, DiskError, FLError
+from ..errors import ConfigError, DiskError, FLError
 
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _INTERPOLATION = re.compile(r"\$\{(?:oc\.select:)?([\w.]+)(?:,.*)?\}")  # ${a.b} or ${oc.select:a.b,default} -> a.b
 
 
-def _root(node):
+def root_of(node):
     """The root config of ``node`` (None stays None)."""
     while node is not None and node._get_parent() is not None:
         node = node._get_parent()
@@ -55,7 +55,7 @@ def _interpolation_target(root: DictConfig, key: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _interpolation_source(root: DictConfig | None, key: str) -> str | None:
+def interpolation_source(root: DictConfig | None, key: str) -> str | None:
     """The key a user typed for the value at ``key``: follows interpolations of the node or of any of its parents
     (``method.parts.aggregation.server_opt: ${server_opt}``, ``lr: ${oc.select:method.server_lr,0.01}``)."""
     if root is None or not key:
@@ -82,7 +82,7 @@ def _sub_node(plain, rel: str):
     return plain
 
 
-def _signature(target):
+def signature(target):
     if isinstance(target, str):
         try:
             target = get_object(target)
@@ -110,7 +110,7 @@ def blame(target, kwargs: dict, err: BaseException) -> str | None:
     named = [k for k in args if re.search(rf"(?<![\w.]){re.escape(str(k))}(?![\w.])", msg)]
     if len(named) == 1:
         return named[0]
-    sig = _signature(target)
+    sig = signature(target)
     if sig is None:
         return None
     for k, v in args.items():
@@ -128,7 +128,7 @@ def blame(target, kwargs: dict, err: BaseException) -> str | None:
 
 
 def _default_hint(node: dict, arg: str) -> str:
-    sig = _signature(node.get("_target_"))
+    sig = signature(node.get("_target_"))
     p = sig.parameters.get(arg) if sig is not None else None
     if p is None:
         return ""
@@ -142,7 +142,7 @@ def qualify(err: ConfigError, prefix: str, root: DictConfig | None = None) -> Co
     key = err.key
     if prefix and not key.startswith(prefix + ".") and key != prefix:
         key = f"{prefix}.{key}" if key else prefix
-    src = _interpolation_source(root, key)
+    src = interpolation_source(root, key)
     if src and src != key:
         key = f"{src} (via {key})"
     return ConfigError(key, err.problem, err.fix)
@@ -156,7 +156,7 @@ def instantiate(node: Any, key: str, *, drop: tuple[str, ...] = ("name",), **kwa
     ``dict``/``list`` (``_convert_="all"``), nested ``_target_`` nodes are built first (``_partial_: true`` gives a
     factory). Errors: see the module docstring.
     """
-    root = _root(node) if OmegaConf.is_config(node) else None
+    root = root_of(node) if OmegaConf.is_config(node) else None
     if OmegaConf.is_config(node):
         try:
             plain = OmegaConf.to_container(node, resolve=True)
@@ -190,7 +190,7 @@ def instantiate(node: Any, key: str, *, drop: tuple[str, ...] = ("name",), **kwa
                           inner, root) from None
         arg = blame(sub.get("_target_"), sub, cause) if isinstance(sub, dict) and cause is not None else None
         if arg is not None and "unexpected keyword argument" in what:
-            sig = _signature(sub.get("_target_"))
+            sig = signature(sub.get("_target_"))
             takes = ", ".join(p for p in sig.parameters if p not in ("self", "args", "kwargs")) if sig else "?"
             raise qualify(ConfigError(arg, f"is not an argument of {sub.get('_target_')}",
                                       f"remove it (it takes: {takes})"), inner, root) from None

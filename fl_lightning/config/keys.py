@@ -1,7 +1,7 @@
-"""``python -m fl_lightning.keys [GROUP | KEY | GROUP=NAME ...]``: the config's keys with their type, range, default
+"""``python -m fl_lightning.config.keys [GROUP | KEY | GROUP=NAME ...]``: the config's keys with their type, range, default
 and help.
 
-* ``keys`` / ``keys fl``: the schema's keys (generated from :mod:`fl_lightning.schema`), all or under a prefix;
+* ``keys`` / ``keys fl``: the schema's keys (generated from :mod:`fl_lightning.config.schema`), all or under a prefix;
 * ``keys method=fedmuon`` (or ``model=``, ``data=``, ``optimizer=``, any group choice; several together): that
   config as Hydra composes it, every key under the group, the constructor arguments of its parts, models, datasets
   and optimizers included (type and range from their annotations, the value the config gives);
@@ -13,7 +13,7 @@ import dataclasses
 import sys
 
 from .schema import all_keys
-from .schema_check import bounds
+from .checks import bounds
 
 
 def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:
@@ -36,7 +36,7 @@ def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:
     return out
 
 
-USAGE = ("usage: python -m fl_lightning.keys [GROUP | KEY | GROUP=NAME ...]   e.g. keys fl; keys method=fedmuon; "
+USAGE = ("usage: python -m fl_lightning.config.keys [GROUP | KEY | GROUP=NAME ...]   e.g. keys fl; keys method=fedmuon; "
          "keys method.lr; keys model=vit_tiny model.net")
 
 
@@ -47,11 +47,11 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from .config_args import _describe, _target_info, arg_meta
+    from .args import describe_target, target_info, arg_meta
     from .schema import register
 
     register()
-    conf = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "conf")
+    conf = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "conf")
     with initialize_config_dir(config_dir=conf, version_base="1.3"):
         cfg = compose(config_name="config", overrides=choices)
     schema = all_keys()
@@ -90,18 +90,18 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
             f = schema[full]
             return full, f.metadata["kind"], value(n, k), f.metadata["help"]
         target = n.get("_target_") if OmegaConf.is_dict(n) else None
-        info = _target_info(target) if isinstance(target, str) else None
+        info = target_info(target) if isinstance(target, str) else None
         kind, help_ = "", ""
         if info is not None and info[1] is not None and k in info[1].parameters:
             p = info[1].parameters[k]
             has = p.default is not p.empty
             meta = arg_meta(info[2].get(k), p.default if has else None, has)
-            kind, help_ = (_describe(meta) if meta else ""), f"argument of {target}"
+            kind, help_ = (describe_target(meta) if meta else ""), f"argument of {target}"
         elif info is not None:
             help_ = f"read by {target}'s caller, not its constructor"
         elif full in feeds:
             meta, where = feeds[full]
-            kind, help_ = _describe(meta), f"sets {where}"
+            kind, help_ = describe_target(meta), f"sets {where}"
         return full, kind, value(n, k), help_
 
     if OmegaConf.is_dict(node):
@@ -119,7 +119,7 @@ def _interpolated_arguments(cfg) -> dict:
 
     from omegaconf import OmegaConf
 
-    from .config_args import _target_info, arg_meta
+    from .args import target_info, arg_meta
 
     out = {}
 
@@ -127,7 +127,7 @@ def _interpolated_arguments(cfg) -> dict:
         if not OmegaConf.is_dict(n):
             return
         target = n.get("_target_")
-        info = _target_info(target) if isinstance(target, str) else None
+        info = target_info(target) if isinstance(target, str) else None
         for k in n.keys():
             child = n._get_node(k)
             if OmegaConf.is_dict(child) and not child._is_interpolation():

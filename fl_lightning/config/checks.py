@@ -1,6 +1,6 @@
-"""Checking a config against the schema (:mod:`fl_lightning.schema`): :func:`check` on the composed config and
+"""Checking a config against the schema (:mod:`fl_lightning.config.schema`): :func:`check` on the composed config and
 :func:`check_overrides` on the command line, both before torch is imported; :func:`problem` says what is wrong with
-one value for a field's metadata (the schema's fields and, through :mod:`fl_lightning.config_args`, constructor
+one value for a field's metadata (the schema's fields and, through :mod:`fl_lightning.config.args`, constructor
 arguments). Every refusal is one :class:`~fl_lightning.errors.ConfigError` line naming the full key and the fix."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .schema import CONFIG_GROUPS, GROUPS, Root, all_keys, fields_of
 
 
@@ -133,8 +133,8 @@ def _flat_keys(node, prefix: str = "", leaves_only: bool = False) -> list[str]:
 
 def unknown_key(name: str) -> ConfigError:
     near = closest(name, all_keys())
-    fix = f"did you mean {near}? (python -m fl_lightning.keys lists every key)" if near else \
-        "remove it (python -m fl_lightning.keys lists every key)"
+    fix = f"did you mean {near}? (python -m fl_lightning.config.keys lists every key)" if near else \
+        "remove it (python -m fl_lightning.config.keys lists every key)"
     return ConfigError(name, "no such key", fix)
 
 

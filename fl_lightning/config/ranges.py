@@ -1,7 +1,7 @@
 """The range vocabulary of constructor signatures: :class:`Range` and :class:`OneOf` markers for ``typing.Annotated``
 and the argument kinds built from them (``lr: NonNegative = 1e-3``, ``beta1: Fraction = 0.9``).
 
-:func:`fl_lightning.config_args.check_targets` reads them from a ``_target_``'s signature and refuses a value out of range
+:func:`fl_lightning.config.args.check_targets` reads them from a ``_target_``'s signature and refuses a value out of range
 before anything is built. This module imports neither torch nor omegaconf, so any module may declare its ranges.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Annotated, Any
 @dataclass(frozen=True)
 class Range:
     """The bounds of a constructor argument, declared in its signature (``hidden: Annotated[int, Range(1, 1 << 16)]``)
-    and enforced by :func:`fl_lightning.config_args.check_targets` before anything is built, so a huge or negative size is
+    and enforced by :func:`fl_lightning.config.args.check_targets` before anything is built, so a huge or negative size is
     one line naming the key, never an allocation. ``low``/``high`` are inclusive unless ``open_low``/``open_high``;
     ``words`` are strings accepted besides numbers (``auto``); ``example`` is the value a fix suggests when the
     argument has no valid default. For a list argument (``list[int]``, ``tuple[float, float]``) it bounds each item."""

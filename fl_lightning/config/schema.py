@@ -3,12 +3,12 @@
 This is the single truth of the keys every run has (``seed``, ``fl.*``, ``trainer.*``, ``checkpoint.*``,
 ``store.*`` and the run controls); ``conf/config.yaml`` starts from it (Hydra structured config ``fl_lightning``)
 and keeps only its defaults list and Hydra's settings. Keys of ``_target_`` nodes (models, datasets, parts,
-optimizers, codecs) are checked from their constructors (:func:`fl_lightning.config.instantiate`); the data keys
+optimizers, codecs) are checked from their constructors (:func:`fl_lightning.config.compose.instantiate`); the data keys
 every dataset builder shares are here too (:class:`DataKeys`).
 
-:func:`fl_lightning.schema_check.check` checks the composed config against it before torch is imported (a key that
+:func:`fl_lightning.config.checks.check` checks the composed config against it before torch is imported (a key that
 is not here, a value of the wrong type or out of range, the rules that tie keys together), each refusal one line
-naming the full key and the fix. ``python -m fl_lightning.keys`` prints it. This module imports neither torch nor
+naming the full key and the fix. ``python -m fl_lightning.config.keys`` prints it. This module imports neither torch nor
 Lightning.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 
 
 # Annotations name a field's type; these three are for what OmegaConf cannot type itself (it has no union of
-# primitives): to OmegaConf they are str and Any, to :func:`fl_lightning.schema_check.problem` they say what to accept.
+# primitives): to OmegaConf they are str and Any, to :func:`fl_lightning.config.checks.problem` they say what to accept.
 Path = str  # a file or folder name
 IntOrAuto = Any  # a whole number, or one of the field's ``words`` (auto)
 Table = Any  # a mapping (key: value, ...)

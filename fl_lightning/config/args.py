@@ -1,10 +1,10 @@
 """The arguments of ``_target_`` nodes checked against their constructors' signatures, before anything is built.
 
 :func:`check_targets` walks the composed config's groups: every key of a ``_target_`` node must be an argument of its
-target, and a value must fit the argument's annotation and its :mod:`~fl_lightning.ranges` vocabulary (``Range``,
+target, and a value must fit the argument's annotation and its :mod:`~fl_lightning.config.ranges` vocabulary (``Range``,
 ``OneOf``), each failure one line naming the full key and the fix; then the method's parts and the groups' labels
-(:mod:`fl_lightning.config_groups`). :func:`arg_meta` reads one annotation into the bounds and words the checks and
-``python -m fl_lightning.keys`` use.
+(:mod:`fl_lightning.config.groups`). :func:`arg_meta` reads one annotation into the bounds and words the checks and
+``python -m fl_lightning.config.keys`` use.
 """
 from __future__ import annotations
 
@@ -20,23 +20,23 @@ from typing import Annotated
 from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .ranges import LearningRate, OneOf, Range
 
-from .config import _interpolation_source, _root, _signature, qualify
-from .config_groups import check_labels, check_parts
+from .compose import interpolation_source, root_of, signature, qualify
+from .groups import check_labels, check_parts
 from .schema import TARGET_GROUPS
-from .schema_check import bounds, problem
+from .checks import bounds, problem
 
 _KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
 
 
 def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
     """What :func:`check_targets` checks of an argument from its type hint: the schema's field metadata (kind, range,
-    choices, nullable; :func:`fl_lightning.schema_check.problem`), plus for a list argument ``items`` (the metadata of one
+    choices, nullable; :func:`fl_lightning.config.checks.problem`), plus for a list argument ``items`` (the metadata of one
     item), ``length`` (a ``tuple[float, float]``'s 2) and ``scalar`` (``int | list[int]``: one value accepted too).
-    The range comes from ``typing.Annotated`` markers (:class:`~fl_lightning.ranges.Range`,
-    :class:`~fl_lightning.ranges.OneOf`). None for a hint it does not understand (its constructor checks it)."""
+    The range comes from ``typing.Annotated`` markers (:class:`~fl_lightning.config.ranges.Range`,
+    :class:`~fl_lightning.config.ranges.OneOf`). None for a hint it does not understand (its constructor checks it)."""
     rng, choices = None, ()
 
     def unwrap(h):  # Annotated[X, Range(...)] -> X, keeping the markers
@@ -104,7 +104,7 @@ def arg_problem(meta: dict, value) -> str | None:
     return None
 
 
-def _describe(meta: dict) -> str:
+def describe_target(meta: dict) -> str:
     """``an int in [1, 65536]``, ``a list of 2 floats in [0, 1)``, ``one of mean, n_minus_s``: the valid values."""
     if meta["kind"] == "list":
         item = meta["items"]
@@ -143,12 +143,12 @@ def _example(meta: dict, default, has_default: bool):
     return [v] * (meta["length"] or 1) if meta["kind"] == "list" else v
 
 
-def _override_text(v) -> str:
+def override_text(v) -> str:
     """A value as the command line writes it."""
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_override_text(x) for x in v) + "]"
+        return "[" + ",".join(override_text(x) for x in v) + "]"
     return "null" if v is None else str(v)
 
 
@@ -166,13 +166,13 @@ EXTERNAL_HINTS["torch.optim.AdamW"] = EXTERNAL_HINTS["torch.optim.Adam"]
 
 
 @functools.lru_cache(maxsize=None)
-def _target_info(target: str):
+def target_info(target: str):
     """(object, signature, hints with their Annotated markers) of a ``_target_`` path; None if it does not import."""
     try:
         obj = get_object(target)
     except Exception:
         return None
-    sig = _signature(obj)
+    sig = signature(obj)
     if sig is None:
         return obj, None, {}
     try:
@@ -206,8 +206,8 @@ def _check_fields(full: str, value: dict, fields: dict, root) -> None:
         bad = None if meta is None else arg_problem(meta, v)
         if bad:
             err = qualify(ConfigError(f"{full}.{k}", bad, ""), "", root)
-            ex = _override_text(_example(meta, None, False))
-            raise ConfigError(err.key, bad, f"set it to {_describe(meta)}, e.g. {err.key.split(' (via ')[0]}={ex}")
+            ex = override_text(_example(meta, None, False))
+            raise ConfigError(err.key, bad, f"set it to {describe_target(meta)}, e.g. {err.key.split(' (via ')[0]}={ex}")
 
 
 def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
@@ -215,7 +215,7 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
     """Every ``_target_`` node's keys against its constructor, before anything is built: a ``_target_`` that does not
     import, a key that is not an argument (unless it takes ``**kwargs``), and a value of the wrong type or out of the
     range its signature declares (plain hints int, float, bool, str, lists of them, and ``typing.Annotated`` markers
-    :class:`~fl_lightning.ranges.Range` / :class:`~fl_lightning.ranges.OneOf`; :data:`EXTERNAL_HINTS` for torch's
+    :class:`~fl_lightning.config.ranges.Range` / :class:`~fl_lightning.config.ranges.OneOf`; :data:`EXTERNAL_HINTS` for torch's
     optimizers). One :class:`ConfigError` naming the full key (and the key the user typed when the value was
     interpolated), whose fix names a valid value for that key. ``drop``: keys of a node (by its full key) that the
     builder consumes before calling the target (``data``'s batch sizes and partition). Then the nodes under
@@ -230,7 +230,7 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
             plain = OmegaConf.to_container(node, resolve=True)
         except Exception:  # an interpolation that does not resolve: instantiate names it
             continue
-        root = _root(node)
+        root = root_of(node)
         stack = [(group, plain)]
         while stack:
             key, sub = stack.pop()
@@ -243,7 +243,7 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
             if "_target_" not in sub:
                 continue
             target = sub["_target_"]
-            info = _target_info(target) if isinstance(target, str) else None
+            info = target_info(target) if isinstance(target, str) else None
             if info is None or not callable(info[0]):
                 what = (f"expected a name, got {target!r}" if not isinstance(target, str) else f"{target!r} does not "
                         "import" if info is None else f"{target!r} is not a function or class")
@@ -284,17 +284,17 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
                     err = qualify(ConfigError(full, bad, ""), "", root)
                     if meta["kind"] == "list" and isinstance(value, list):
                         for i, item in enumerate(value):  # betas: [${method.beta1}, ${method.beta2}]
-                            src = _interpolation_source(root, f"{full}.{i}") if problem(meta["items"], item) else None
+                            src = interpolation_source(root, f"{full}.{i}") if problem(meta["items"], item) else None
                             if src and src != f"{err.key.split(' (via ')[0]}.{i}":
                                 item_meta = dict(meta["items"], example=None)
                                 d = default[i] if isinstance(default, (list, tuple)) and len(default) > i else None
-                                ex = _override_text(_example(item_meta, d, d is not None))
+                                ex = override_text(_example(item_meta, d, d is not None))
                                 raise ConfigError(f"{src} (via {err.key.split(' (via ')[0]}.{i})",
                                                   problem(meta["items"], item),
-                                                  f"set it to {_describe(item_meta)}, e.g. {src}={ex}")
+                                                  f"set it to {describe_target(item_meta)}, e.g. {src}={ex}")
                     user = err.key.split(" (via ")[0]
-                    ex = _override_text(_example(meta, default, has_default))
-                    shown = _override_text(default)
+                    ex = override_text(_example(meta, default, has_default))
+                    shown = override_text(default)
                     known = f" (its default: {shown})" if has_default and shown != ex else ""
-                    raise ConfigError(err.key, bad, f"set it to {_describe(meta)}, e.g. {user}={ex}{known}")
+                    raise ConfigError(err.key, bad, f"set it to {describe_target(meta)}, e.g. {user}={ex}{known}")
     check_labels(cfg)

@@ -1,0 +1,29 @@
+"""Configuration: everything that declares, reads, checks or explains a key. Torch-free (the command line checks a
+run's config before torch loads). The rest of the package imports only the names below.
+
+- :mod:`.schema`: the typed schema of the fixed groups (``fl``, ``trainer``, ``data``, ``checkpoint``, ...), each
+  key's default, range, help and whether it changes results; registered with Hydra (:func:`register`).
+- :mod:`.ranges`: the range vocabulary (``Annotated[float, Range(0, 1)]``, ``OneOf``) a constructor argument states.
+- :mod:`.checks`: the schema's check of a composed config and of command-line overrides, one line per bad key.
+- :mod:`.groups` and :mod:`.args`: the ``_target_`` groups (methods' parts, models, datasets) checked against the
+  targets' signatures and their arguments' ranges, before anything is built.
+- :mod:`.compose`: :func:`instantiate`, which builds a ``_target_`` node and names the full key of any error.
+- :mod:`.paper_block`: a run's ``paper:`` block, read and checked.
+- :mod:`.keys`: ``python -m fl_lightning.config.keys``, the keys of a group or a chosen config, explained.
+"""
+from __future__ import annotations
+
+from .args import check_targets, target_info
+from .checks import check, check_overrides, check_resume, check_value, closest_key, rules
+from .compose import blame, instantiate, interpolation_source, qualify, root_of
+from .groups import check_parts
+from .paper_block import UNITS, Paper, PaperError, read_paper
+from .ranges import Betas, Fraction, LearningRate, NonNegative, OneOf, Positive, Range
+from .schema import CONFIG_GROUPS, OPTIONAL_GROUPS, FL, Checkpoint, data_defaults, not_result_keys, register
+
+__all__ = [
+    "Betas", "CONFIG_GROUPS", "Checkpoint", "FL", "Fraction", "LearningRate", "NonNegative", "OPTIONAL_GROUPS",
+    "OneOf", "Paper", "PaperError", "Positive", "Range", "UNITS", "blame", "check", "check_overrides", "check_parts",
+    "check_resume", "check_targets", "check_value", "closest_key", "data_defaults", "instantiate",
+    "interpolation_source", "not_result_keys", "qualify", "read_paper", "register", "root_of", "rules", "target_info",
+]
