@@ -3,7 +3,8 @@ run's config before torch loads). The rest of the package imports only the names
 
 - :mod:`.schema`: the typed schema of the fixed groups (``fl``, ``trainer``, ``data``, ``checkpoint``, ...), each
   key's default, range, help and whether it changes results; registered with Hydra (:func:`register`).
-- :mod:`.ranges`: the range vocabulary (``Annotated[float, Range(0, 1)]``, ``OneOf``) a constructor argument states.
+- :mod:`.ranges`: the range vocabulary (``Annotated[float, Range(0, 1)]``, ``OneOf``, a named ``Validate``) a schema
+  field and a constructor argument state alike, read by one function (:func:`.ranges.hint_meta`).
 - :mod:`.checks`: the schema's check of a composed config and of command-line overrides, one line per bad key.
 - :mod:`.groups` and :mod:`.args`: the ``_target_`` groups (methods' parts, models, datasets) checked against the
   targets' signatures and their arguments' ranges, before anything is built.
@@ -18,12 +19,12 @@ from .checks import check, check_overrides, check_resume, check_value, closest_k
 from .compose import blame, instantiate, interpolation_source, qualify, root_of
 from .groups import check_parts
 from .paper_block import UNITS, Paper, PaperError, read_paper
-from .ranges import Betas, Fraction, LearningRate, NonNegative, OneOf, Positive, Range
+from .ranges import Betas, Fraction, LearningRate, NonNegative, OneOf, Positive, Range, Validate
 from .schema import CONFIG_GROUPS, OPTIONAL_GROUPS, FL, Checkpoint, data_defaults, not_result_keys, register
 
 __all__ = [
     "Betas", "CONFIG_GROUPS", "Checkpoint", "FL", "Fraction", "LearningRate", "NonNegative", "OPTIONAL_GROUPS",
     "OneOf", "Paper", "PaperError", "Positive", "Range", "UNITS", "blame", "check", "check_overrides", "check_parts",
     "check_resume", "check_targets", "check_value", "closest_key", "data_defaults", "instantiate",
-    "interpolation_source", "not_result_keys", "qualify", "read_paper", "register", "root_of", "rules", "target_info",
+    "interpolation_source", "not_result_keys", "qualify", "read_paper", "register", "root_of", "rules", "target_info", "Validate",
 ]

@@ -3,12 +3,11 @@
 :func:`check_targets` walks the composed config's groups: every key of a ``_target_`` node must be an argument of its
 target, and a value must fit the argument's annotation and its :mod:`~fl_lightning.config.ranges` vocabulary (``Range``,
 ``OneOf``), each failure one line naming the full key and the fix; then the method's parts and the groups' labels
-(:mod:`fl_lightning.config.groups`). :func:`arg_meta` reads one annotation into the bounds and words the checks and
-``python -m fl_lightning.config.keys`` use.
+(:mod:`fl_lightning.config.groups`). An annotation is read by :func:`~fl_lightning.config.ranges.hint_meta`, the one
+function that reads the schema's fields too.
 """
 from __future__ import annotations
 
-import collections.abc
 import difflib
 import functools
 import inspect
@@ -21,73 +20,16 @@ from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ConfigError
-from .ranges import LearningRate, OneOf, Range
+from .ranges import LearningRate, Range, hint_meta
 
 from .compose import interpolation_source, root_of, signature, qualify
 from .groups import check_labels, check_parts
 from .schema import TARGET_GROUPS
 from .checks import bounds, problem
 
-_KINDS = {int: "int", float: "float", bool: "bool", str: "str"}
-
-
-def arg_meta(hint, default=None, has_default: bool = False) -> dict | None:
-    """What :func:`check_targets` checks of an argument from its type hint: the schema's field metadata (kind, range,
-    choices, nullable; :func:`fl_lightning.config.checks.problem`), plus for a list argument ``items`` (the metadata of one
-    item), ``length`` (a ``tuple[float, float]``'s 2) and ``scalar`` (``int | list[int]``: one value accepted too).
-    The range comes from ``typing.Annotated`` markers (:class:`~fl_lightning.config.ranges.Range`,
-    :class:`~fl_lightning.config.ranges.OneOf`). None for a hint it does not understand (its constructor checks it)."""
-    rng, choices = None, ()
-
-    def unwrap(h):  # Annotated[X, Range(...)] -> X, keeping the markers
-        nonlocal rng, choices
-        if typing.get_origin(h) is typing.Annotated:
-            h, *marks = typing.get_args(h)
-            for m in marks:
-                if isinstance(m, Range):
-                    rng = m
-                elif isinstance(m, OneOf):
-                    choices = m.values
-        return h
-
-    hint = unwrap(hint)
-    nullable = has_default and default is None
-    alts = [hint]
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # Optional[Annotated[...]] too
-        alts = [unwrap(a) for a in typing.get_args(hint) if a is not type(None)]
-        nullable = nullable or len(alts) < len(typing.get_args(hint))
-        alts = [b for a in alts for b in (typing.get_args(a) if typing.get_origin(a) in (typing.Union, types.UnionType)
-                                          else (a,))]  # Optional[Annotated[str | list[str], ...]]
-    words = tuple(rng.words) if rng else ()
-    scalars = [_KINDS[a] for a in alts if a in _KINDS]
-    lists = [a for a in alts if typing.get_origin(a) in (list, tuple, collections.abc.Sequence)]
-    if "str" in scalars and len(scalars) > 1 and (words or rng is not None):  # int | str with words: a number or a word
-        scalars.remove("str")
-    if scalars == ["str"] and lists and words:  # str | tuple[float, ...] with words (Muon's ns_coeffs): a word or list
-        scalars.remove("str")
-    if len(scalars) > 1 or len(lists) > 1 or (not scalars and not lists):
-        return None
-    base = dict(nullable=nullable, words=words, choices=tuple(choices), low=rng.low if rng else None,
-                high=rng.high if rng else None, open_low=bool(rng and rng.open_low),
-                open_high=bool(rng and rng.open_high), example=rng.example if rng else None)
-    if not lists:
-        return dict(base, kind=scalars[0])
-    item_args = typing.get_args(lists[0])
-    length = None
-    if typing.get_origin(lists[0]) is tuple and item_args and Ellipsis not in item_args:
-        length = len(item_args)
-    kinds = {_KINDS.get(a) for a in item_args if a is not Ellipsis}
-    if len(kinds) != 1 or None in kinds:
-        return None
-    item = dict(base, kind=kinds.pop(), nullable=False)
-    if scalars and scalars[0] != item["kind"]:  # a name or numbers (Muon's ns_coeffs): its constructor checks it
-        return None
-    scalar = bool(scalars)
-    return dict(base, kind="list", items=item, length=length, scalar=scalar)
-
-
 def arg_problem(meta: dict, value) -> str | None:
-    """What is wrong with ``value`` for an argument described by :func:`arg_meta` (None: nothing)."""
+    """What is wrong with ``value`` for an argument described by :func:`~fl_lightning.config.ranges.hint_meta` (None:
+    nothing)."""
     if meta["kind"] != "list" or value is None or (isinstance(value, str) and value in meta["words"]):
         return problem(meta, value)
     if not isinstance(value, (list, tuple)):
@@ -114,7 +56,8 @@ def describe_target(meta: dict) -> str:
     elif meta["choices"]:
         desc = f"one of {', '.join(map(str, meta['choices']))}"
     else:
-        desc = {"int": "an int", "float": "a number", "bool": "true or false", "str": "a string"}[meta["kind"]]
+        desc = {"int": "an int", "float": "a number", "bool": "true or false", "str": "a string", "path": "a path",
+                "table": "a table (key: value, ...)"}[meta["kind"]]
         if meta["low"] is not None or meta["high"] is not None:
             desc += f" {bounds(meta)}"
     if meta["words"]:
@@ -202,7 +145,7 @@ def _check_fields(full: str, value: dict, fields: dict, root) -> None:
             user = err.key.split(" (via ")[0].rpartition(".")[0]
             fix = f"did you mean {user}.{near[0]}?" if near else "remove it"
             raise ConfigError(err.key, err.problem, f"{fix} (it takes: {', '.join(fields)})")
-        meta = arg_meta(fields[k])
+        meta = hint_meta(fields[k])
         bad = None if meta is None else arg_problem(meta, v)
         if bad:
             err = qualify(ConfigError(f"{full}.{k}", bad, ""), "", root)
@@ -276,7 +219,7 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
                 if fields is not None and isinstance(value, dict):  # a nested node with declared keys (TypedDict)
                     _check_fields(full, value, fields, root)
                     continue
-                meta = arg_meta(hints.get(arg), default, has_default)
+                meta = hint_meta(hints.get(arg), default, has_default)
                 if meta is None or (meta["kind"] != "list" and isinstance(value, (dict, list))):
                     continue
                 bad = arg_problem(meta, value)

@@ -47,7 +47,8 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from .args import describe_target, target_info, arg_meta
+    from .args import describe_target, target_info
+    from .ranges import hint_meta
     from .schema import register
 
     register()
@@ -95,7 +96,7 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
         if info is not None and info[1] is not None and k in info[1].parameters:
             p = info[1].parameters[k]
             has = p.default is not p.empty
-            meta = arg_meta(info[2].get(k), p.default if has else None, has)
+            meta = hint_meta(info[2].get(k), p.default if has else None, has)
             kind, help_ = (describe_target(meta) if meta else ""), f"argument of {target}"
         elif info is not None:
             help_ = f"read by {target}'s caller, not its constructor"
@@ -119,7 +120,8 @@ def _interpolated_arguments(cfg) -> dict:
 
     from omegaconf import OmegaConf
 
-    from .args import target_info, arg_meta
+    from .args import target_info
+    from .ranges import hint_meta
 
     out = {}
 
@@ -137,7 +139,7 @@ def _interpolated_arguments(cfg) -> dict:
                 if m:
                     p = info[1].parameters[k]
                     has = p.default is not p.empty
-                    meta = arg_meta(info[2].get(k), p.default if has else None, has)
+                    meta = hint_meta(info[2].get(k), p.default if has else None, has)
                     if meta:
                         out.setdefault(m.group(1), (meta, f"{target}'s {k}"))
 

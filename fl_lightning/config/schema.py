@@ -14,45 +14,43 @@ Lightning.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 from omegaconf import OmegaConf
 
+from .ranges import IntOrWord, OneOf, Path, Range, Table, hint_meta
 
 
-# Annotations name a field's type; these three are for what OmegaConf cannot type itself (it has no union of
-# primitives): to OmegaConf they are str and Any, to :func:`fl_lightning.config.checks.problem` they say what to accept.
-Path = str  # a file or folder name
-IntOrAuto = Any  # a whole number, or one of the field's ``words`` (auto)
-Table = Any  # a mapping (key: value, ...)
-_KINDS = {"int": "int", "float": "float", "bool": "bool", "str": "str", "Path": "path", "IntOrAuto": "int",
-          "Table": "table"}
+
+# A field's annotation is its type and range, in the vocabulary constructor arguments use (:mod:`.ranges`):
+# ``Annotated[int, Range(1, 10**9)]``, ``Annotated[str, OneOf(...)]``; ``Optional[...]``: null accepted. OmegaConf
+# reads the plain type (get_type_hints drops the markers); Path, Table and IntOrWord are what it cannot type itself
+# (it has no union of primitives): to OmegaConf str and Any, to the checks a path, a mapping, a number or a word.
 
 
-def key(default, help: str, low=None, high=None, words=(), choices=(), example: str = "",  # noqa: A002
-        result: bool = True, open_low: bool = False):
-    """A schema field; its annotation is its type (``Optional[...]``: null accepted). ``low``/``high`` inclusive
-    bounds (``open_low``: the low one excluded); ``words`` accepted besides numbers (``auto``); ``choices`` the only accepted strings; ``result``: whether
-    the key changes what a run computes (False: where output goes, how it is shown, saved, resumed or spread over
-    processes; :func:`not_result_keys`)."""
-    meta = dict(help=help, low=low, high=high, words=tuple(words), choices=tuple(choices),
-                example=example or str(default), result=result, open_low=open_low)
+def key(default, help: str, example: str = "", result: bool = True):  # noqa: A002
+    """A schema field; its annotation is its type and range (:func:`typed`). ``example``: the value a fix suggests
+    (the default's text unless given); ``result``: whether the key changes what a run computes (False: where output
+    goes, how it is shown, saved, resumed or spread over processes; :func:`not_result_keys`)."""
+    meta = dict(help=help, example=example or str(default), result=result)
     return field(default=default, metadata=meta)
 
 
 def typed(cls):
-    """Complete each field's metadata from its annotation (written as source text, ``from __future__ import
-    annotations``): ``kind`` int | float | bool | str | path | table, and ``nullable`` for ``Optional[...]``."""
+    """Complete each field's metadata from its annotation, read by :func:`~fl_lightning.config.ranges.hint_meta` as a
+    constructor argument's is: ``kind`` int | float | bool | str | path | table, ``nullable`` for ``Optional[...]``,
+    the range (``low``, ``high``, ``open_low``, ``open_high``, ``words``) and ``choices``."""
+    hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         if f.metadata:
-            ann = str(f.type)
-            nullable = ann.startswith("Optional[")
-            base = ann[len("Optional["):-1] if nullable else ann
-            if base not in _KINDS:
-                raise TypeError(f"schema field {cls.__name__}.{f.name}: annotation {ann!r} is none of {sorted(_KINDS)}")
-            f.metadata = MappingProxyType({**f.metadata, "kind": _KINDS[base], "nullable": nullable})
+            m = hint_meta(hints[f.name], f.default, f.default is not dataclasses.MISSING)
+            if m is None or m["kind"] == "list":
+                raise TypeError(f"schema field {cls.__name__}.{f.name}: annotation {hints[f.name]!r} is none of int, "
+                                "float, bool, str, Path, Table, IntOrWord (Optional, Annotated with a Range/OneOf)")
+            f.metadata = MappingProxyType({**{k: v for k, v in m.items() if k != "example"}, **f.metadata})
     return cls
 
 
@@ -61,17 +59,21 @@ def typed(cls):
 class FL:
     """The federation: clients, sampling, rounds and local work."""
 
-    num_clients: IntOrAuto = key(16, "clients in the federation (auto: as many as the partition's natural groups)",
-                           1, 10**7, words=("auto",))
-    clients_per_round: int = key(8, "clients sampled each round, uniformly without replacement, seeded by "
-                                    "(seed, round)", 1, 10**7)
-    rounds: int = key(40, "communication rounds", 1, 10**9)
-    local_steps: Optional[int] = key(10, "K local steps per round (null: train by fl.local_epochs)", 1, 10**6)
-    local_epochs: Optional[int] = key(None, "E local epochs per round instead of K steps", 1, 10**6, example="1")
-    eval_every: int = key(1, "evaluate the global model every N rounds (and after the last)", 1, 10**9, result=False)
-    lr_schedule: str = key("constant", "learning-rate schedule over rounds", choices=("constant", "cosine"))
-    lr_min_factor: float = key(0.0, "the cosine schedule's final lr as a fraction of the initial", 0.0, 1.0)
-    warmup_rounds: int = key(0, "rounds of linear lr warm-up (fewer than fl.rounds)", 0, 10**9)
+    num_clients: Annotated[IntOrWord, Range(1, 10**7, words=("auto",))] = key(
+        16, "clients in the federation (auto: as many as the partition's natural groups)")
+    clients_per_round: Annotated[int, Range(1, 10**7)] = key(
+        8, "clients sampled each round, uniformly without replacement, seeded by (seed, round)")
+    rounds: Annotated[int, Range(1, 10**9)] = key(40, "communication rounds")
+    local_steps: Annotated[Optional[int], Range(1, 10**6)] = key(
+        10, "K local steps per round (null: train by fl.local_epochs)")
+    local_epochs: Annotated[Optional[int], Range(1, 10**6)] = key(
+        None, "E local epochs per round instead of K steps", example="1")
+    eval_every: Annotated[int, Range(1, 10**9)] = key(
+        1, "evaluate the global model every N rounds (and after the last)", result=False)
+    lr_schedule: Annotated[str, OneOf("constant", "cosine")] = key("constant", "learning-rate schedule over rounds")
+    lr_min_factor: Annotated[float, Range(0.0, 1.0)] = key(
+        0.0, "the cosine schedule's final lr as a fraction of the initial")
+    warmup_rounds: Annotated[int, Range(0, 10**9)] = key(0, "rounds of linear lr warm-up (fewer than fl.rounds)")
 
 
 @typed
@@ -79,28 +81,31 @@ class FL:
 class Trainer:
     """Lightning Fabric: device, processes, precision."""
 
-    accelerator: str = key("auto", "device kind", choices=("auto", "cpu", "gpu", "cuda", "mps", "tpu"))
-    devices: IntOrAuto = key(1, "processes per node; clients are split across them, uploads all-reduced", 1, 4096,
-                       words=("auto",), result=False)
-    processes_per_device: int = key(1, "processes sharing each device (several clients in flight on one GPU; their "
-                                       "collectives go through gloo)", 1, 64, result=False)
-    num_nodes: int = key(1, "nodes", 1, 4096, result=False)
+    accelerator: Annotated[str, OneOf("auto", "cpu", "gpu", "cuda", "mps", "tpu")] = key("auto", "device kind")
+    devices: Annotated[IntOrWord, Range(1, 4096, words=("auto",))] = key(
+        1, "processes per node; clients are split across them, uploads all-reduced", result=False)
+    processes_per_device: Annotated[int, Range(1, 64)] = key(
+        1, "processes sharing each device (several clients in flight on one GPU; their collectives go through gloo)",
+        result=False)
+    num_nodes: Annotated[int, Range(1, 4096)] = key(1, "nodes", result=False)
     strategy: str = key("auto", "Fabric strategy (ddp when trainer.devices > 1)", result=False)
-    precision: str = key("32-true", "numeric precision",
-                         choices=("32-true", "32", "64-true", "bf16-mixed", "bf16-true", "16-true", "16-mixed"))
+    precision: Annotated[str, OneOf("32-true", "32", "64-true", "bf16-mixed", "bf16-true", "16-true",
+                                    "16-mixed")] = key("32-true", "numeric precision")
     progress: bool = key(True, "a progress bar on the terminal", result=False)
-    requeue: bool = key(True, "under Slurm, a SIGUSR1 stop (checkpoint after the round) requeues the job "
-                              "(scontrol requeue; resume=auto continues it)", result=False)
-    threads: IntOrAuto = key("auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)", 1, 4096, words=("auto",), result=False)
-    compile: str = key("none", "the local step through torch.compile, compiled once per run for every client "
-                               "(step; graphs: the eager step captured once as a CUDA graph and replayed, no "
-                               "compiler, CUDA only; none: eager)",
-                       choices=("none", "step", "graphs"), result=False)
-    compile_backend: str = key("inductor", "torch.compile's backend for trainer.compile (aot_eager: no code "
-                                           "generation, to debug)", choices=("inductor", "aot_eager", "eager"),
-                               result=False)
-    timeout_s: int = key(300, "seconds a process waits for the others (start-up, each collective) before it stops "
-                              "with one line naming the rank that is gone (torch's default: 1800)", 5, 86400, result=False)
+    requeue: bool = key(
+        True, "under Slurm, a SIGUSR1 stop (checkpoint after the round) requeues the job (scontrol requeue; "
+        "resume=auto continues it)", result=False)
+    threads: Annotated[IntOrWord, Range(1, 4096, words=("auto",))] = key(
+        "auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)", result=False)
+    compile: Annotated[str, OneOf("none", "step", "graphs")] = key(
+        "none", "the local step through torch.compile, compiled once per run for every client (step; graphs: the eager "
+        "step captured once as a CUDA graph and replayed, no compiler, CUDA only; none: eager)", result=False)
+    compile_backend: Annotated[str, OneOf("inductor", "aot_eager", "eager")] = key(
+        "inductor", "torch.compile's backend for trainer.compile (aot_eager: no code generation, to debug)",
+        result=False)
+    timeout_s: Annotated[int, Range(5, 86400)] = key(
+        300, "seconds a process waits for the others (start-up, each collective) before it stops with one line naming "
+        "the rank that is gone (torch's default: 1800)", result=False)
 
 
 @typed
@@ -108,13 +113,15 @@ class Trainer:
 class Checkpoint:
     """When and how checkpoints are written (never what a run computes)."""
 
-    every: int = key(1, "rounds between checkpoints (one is always written at the end and on SIGINT/SIGTERM/"
-                        "SIGUSR1)", 1, 10**9, result=False)
-    keep_last: int = key(2, "checkpoints kept", 1, 10**6, result=False)
-    background_mb: int = key(512, "write a checkpoint behind the next round when its changed client states are at "
-                                  "most this many MB (0: before it; one process only)", 0, 10**9, result=False)
-    compact: float = key(0.25, "rewrite the client states left in an older checkpoint file once at most this "
-                               "fraction of its clients is still referred to (0: never)", 0.0, 1.0, result=False)
+    every: Annotated[int, Range(1, 10**9)] = key(
+        1, "rounds between checkpoints (one is always written at the end and on SIGINT/SIGTERM/SIGUSR1)", result=False)
+    keep_last: Annotated[int, Range(1, 10**6)] = key(2, "checkpoints kept", result=False)
+    background_mb: Annotated[int, Range(0, 10**9)] = key(
+        512, "write a checkpoint behind the next round when its changed client states are at most this many MB (0: "
+        "before it; one process only)", result=False)
+    compact: Annotated[float, Range(0.0, 1.0)] = key(
+        0.25, "rewrite the client states left in an older checkpoint file once at most this fraction of its clients is "
+        "still referred to (0: never)", result=False)
 
 
 @typed
@@ -122,7 +129,9 @@ class Checkpoint:
 class Store:
     """Where client states live between rounds."""
 
-    offload_dir: Optional[Path] = key(None, "put client states in safetensors files here instead of CPU memory", example="/scratch/clients", result=False)
+    offload_dir: Optional[Path] = key(
+        None, "put client states in safetensors files here instead of CPU memory",
+        example="/scratch/clients", result=False)
 
 
 @typed
@@ -131,12 +140,12 @@ class DataKeys:
     """Keys every dataset takes, read by the data layer (fl_lightning/data/__init__.py), not by its builder: the
     ``data`` node starts from these defaults (:func:`data_defaults`) and a dataset's yaml overrides them."""
 
-    batch_size: int = key(32, "training minibatch size", 1, 10**7)
-    eval_batch_size: int = key(1024, "evaluation batch size", 1, 10**8)
+    batch_size: Annotated[int, Range(1, 10**7)] = key(32, "training minibatch size")
+    eval_batch_size: Annotated[int, Range(1, 10**8)] = key(1024, "evaluation batch size")
     on_device: bool = key(True, "keep the dataset's tensors on the device")
-    val_fraction: float = key(0.0, "fraction of the training pool held out (seeded, before partitioning) as a "
-                                   "validation set, logged as val_* at every evaluation (0: none)", 0.0, 0.9,
-                              example="0.1")
+    val_fraction: Annotated[float, Range(0.0, 0.9)] = key(
+        0.0, "fraction of the training pool held out (seeded, before partitioning) as a validation set, logged as "
+        "val_* at every evaluation (0: none)", example="0.1")
 
 
 def data_defaults() -> dict:
@@ -150,27 +159,36 @@ class Root:
     """A run: the groups above, the config groups (method, model, data, optimizer, server_opt, logger) and the
     controls."""
 
-    seed: int = key(0, "seed of everything (sampling, partitions, initialisation, minibatch order)", 0, 2**32 - 1)
+    seed: Annotated[int, Range(0, 2**32 - 1)] = key(
+        0, "seed of everything (sampling, partitions, initialisation, minibatch order)")
     fl: FL = field(default_factory=FL)
     trainer: Trainer = field(default_factory=Trainer)
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
     store: Store = field(default_factory=Store)
-    resume: Optional[Path] = key(None, "a run directory: continue from its last checkpoint (auto: this run's own "
-                                "directory if it holds one, else start fresh)", words=("auto",),
-                                example="outputs/DATE/TIME", result=False)
+    resume: Annotated[Optional[Path], Range(words=("auto",))] = key(
+        None, "a run directory: continue from its last checkpoint (auto: this run's own directory if it holds one, "
+        "else start fresh)", example="outputs/DATE/TIME", result=False)
     force_resume: bool = key(False, "resume even if the result-relevant config differs", result=False)
-    overwrite: bool = key(False, "a new run into a directory holding another run's checkpoints replaces it", result=False)
-    stop_after_rounds: Optional[int] = key(None, "run at most this many rounds now, checkpoint, exit", 1, 10**9, example="10", result=False)
+    overwrite: bool = key(
+        False, "a new run into a directory holding another run's checkpoints replaces it", result=False)
+    stop_after_rounds: Annotated[Optional[int], Range(1, 10**9)] = key(
+        None, "run at most this many rounds now, checkpoint, exit", example="10", result=False)
     run_dir: Optional[Path] = key(None, "the run directory (Hydra's output directory)", result=False)
-    tables: Optional[Table] = key(None, "lookup tables an experiment's interpolations read (e.g. glue_lora's per-method lrs)", example="{name: value}")
-    objective: Optional[str] = key(None, "the metric whose final value train.py returns to a Hydra sweeper that "
-                                   "searches (hydra/sweeper=optuna), e.g. val_acc (null: the primary metric)", example="val_acc", result=False)
-    label: Optional[str] = key(None, "the run's name in reports (an experiment's arm, conf/arm/, sets it)", example="FedPAC-SOAP, beta 0.9", result=False)
-    paper: Optional[Table] = key(None, "the paper's numbers and claims for an experiment's cells, shown by fl-report beside the "
-                     "rows of the runs that carry it (source, metric, key: the run metric compared, unit: '%' | "
-                     "fraction | null, setting: {CONFIG.KEY: VALUE} the table fixes, cells: [{KEY: VALUE, value: X}], "
-                     "ordering, claims; fl_lightning/report/paper.py)",
-                     example="{source: 'seed 002, Table 2', key: test_acc, unit: '%', cells: []}", result=False)
+    tables: Optional[Table] = key(
+        None, "lookup tables an experiment's interpolations read (e.g. glue_lora's per-method lrs)",
+        example="{name: value}")
+    objective: Optional[str] = key(
+        None, "the metric whose final value train.py returns to a Hydra sweeper that searches (hydra/sweeper=optuna), "
+        "e.g. val_acc (null: the primary metric)", example="val_acc", result=False)
+    label: Optional[str] = key(
+        None, "the run's name in reports (an experiment's arm, conf/arm/, sets it)",
+        example="FedPAC-SOAP, beta 0.9", result=False)
+    paper: Optional[Table] = key(
+        None, "the paper's numbers and claims for an experiment's cells, shown by fl-report beside the rows of the "
+        "runs that carry it (source, metric, key: the run metric compared, unit: '%' | fraction | null, setting: "
+        "{CONFIG.KEY: VALUE} the table fixes, cells: [{KEY: VALUE, value: X}], ordering, claims; "
+        "fl_lightning/report/paper.py)",
+        example="{source: 'seed 002, Table 2', key: test_acc, unit: '%', cells: []}", result=False)
     # config groups: their keys are their targets' arguments (checked by instantiate) and the method's own knobs
     method: Any = None
     model: Any = None
@@ -193,8 +211,8 @@ CONFIG_GROUPS = (*TARGET_GROUPS, *OPTIONAL_GROUPS)
 class MethodKeys:
     """The method's keys that are not a part's or optimizer's argument."""
 
-    grad_clip: Optional[float] = key(None, "max-norm gradient clipping before each local step (null: none)", 0, None,
-                                     example="1.0", open_low=True)
+    grad_clip: Annotated[Optional[float], Range(0, open_low=True)] = key(
+        None, "max-norm gradient clipping before each local step (null: none)", example="1.0")
 
 
 

@@ -99,7 +99,7 @@ def test_the_range_vocabulary_imports_only_the_standard_library():
     tree = ast.parse(open(os.path.join(ROOT, "config", "ranges.py")).read())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {"." * n.level + (n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"__future__", "dataclasses", "typing"}, imported
+    assert imported <= {"__future__", "collections.abc", "dataclasses", "types", "typing"}, imported
 
 
 def test_configuration_is_one_package_used_through_its_api():
