@@ -78,6 +78,7 @@ class FederatedLoop:
         self.fabric, self.module, self.data, self.strategy, self.config = fabric, module, data, strategy, config
         self.run_dir = run_dir
         self.fl = config.fl
+        self.budget = config.fl.budget  # each client's local steps (K, or E epochs of its data)
         self.n, self.S, self.R = config.fl.num_clients, config.fl.clients_per_round, config.fl.rounds
         self.seed = config.seed
         self.rank, self.world = fabric.global_rank, fabric.world_size
@@ -92,7 +93,7 @@ class FederatedLoop:
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
         self.services = LoopServices(fabric, module, self.params, data, self.seed)  # what parts may ask of the loop
         self.global_params: dict[str, Tensor] = {k: v.detach().clone() for k, v in self.local.items()}
-        self.work = [float(data.steps_per_round(c, self.fl.local_steps, self.fl.local_epochs)) for c in range(self.n)]
+        self.work = [float(data.steps_per_round(c, self.budget)) for c in range(self.n)]
         # home processes (balanced over all clients): who sets up clients' states and hands idle clients to the strategy
         self.owner = assign_clients(self.work, self.world)
         self.owned = [c for c in range(self.n) if self.owner[c] == self.rank]
@@ -147,20 +148,19 @@ class FederatedLoop:
             clients_per_round=self.S, rounds=self.R, device=self.device,
             client_num_samples=[self.data.num_samples(i) for i in range(self.n)], owned_clients=self.owned,
             store=self.store, probe_gradient=self._probe_gradient, all_reduce_sum=self._all_reduce,
-            lr_factor=self.lr_factor, local_steps=self.fl.local_steps,
+            lr_factor=self.lr_factor, local_steps=self.budget.fixed,
         )
 
     # ------------------------------------------------------------------ one client
     def start_client(self, cid: int, r: int, received: dict[str, Tensor], lr_f: float) -> ClientContext:
         """Client ``cid``'s round begins: the global state in the module, its private state checked out, its
         optimizer and the parts' per-client state built (``client_start``), torch's generator seeded."""
-        c = self.fl
         self._load_global_into_module()
         torch.manual_seed(seeding.derive(self.seed, seeding.CLIENT_TORCH, cid, r))  # dropout etc.: (seed, client, round)
         client = ClientContext(
             id=cid, round=r, module=self.module, params=self.params, local=self.local, global_params=self.global_params,
             state=self.store.checkout(cid), num_samples=self.data.num_samples(cid),
-            num_steps=self.data.steps_per_round(cid, c.local_steps, c.local_epochs), lr_factor=lr_f,
+            num_steps=self.data.steps_per_round(cid, self.budget), lr_factor=lr_f,
             received=received, services=self.services,
         )
         self.strategy.client_start(client)
@@ -187,10 +187,9 @@ class FederatedLoop:
         return client.loss
 
     def train_client(self, cid: int, r: int, received: dict[str, Tensor], lr_f: float) -> tuple[dict, float]:
-        c = self.fl
         client = self.start_client(cid, r, received, lr_f)
         loss_sum = torch.zeros((), device=self.device)
-        for k, batch in enumerate(self.data.client_batches(cid, r, self.device, c.local_steps, c.local_epochs)):
+        for k, batch in enumerate(self.data.client_batches(cid, r, self.device, self.budget)):
             self.strategy.before_step(client)  # outside the (compiled or replayed) step
             loss = self.client_step(client, self.services.cast_floats(batch), k)
             client.step += 1
@@ -246,7 +245,7 @@ class FederatedLoop:
             self.recorder.client_done()
             up_bits += sum(m.bits() for m in msgs.values())
             loss_total += loss
-            agg.add(msgs)
+            agg.add(msgs, steps=self.data.steps_per_round(cid, self.budget))
             if progress:
                 progress.client_done()
         if self.strategy.uses_idle_clients:  # paid only by methods that ask (FedSMUM)

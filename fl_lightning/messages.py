@@ -3,9 +3,9 @@ strategies both import it, neither imports the other's layer).
 
 What a message costs, one rule for every part and codec: the bits that travel. A codec's message is charged its exact
 compressed size (``nbits``); any other message its dense size, each value at its dtype's width (32 bits for a float32
-or int32, 64 for a float64): a step count K or SCALLION's K·η uploaded as one float64 costs 64 bits. A number the
-receiver already knows is not sent (K and η under ``fl.local_steps``: no message); one only the sender knows is (K
-under ``fl.local_epochs``). ``nbits=0`` marks a message that does not travel: a diagnostic the method does not need (the
+or int32, 64 for a float64). A number the receiver already knows is not sent: the server knows every client's
+local steps K (``fl.local_steps``, or ``fl.local_epochs`` over the client's data size, which it knows: the loop counts
+them into the round's aggregate) and the round's lr, so K, K·η and the like never travel. ``nbits=0`` marks a message that does not travel: a diagnostic the method does not need (the
 logged MagnitudeUniformity and PreconditionerDrift sums) or a tensor the receiver keeps itself (x^{r-1} with
 ``prev_model: client``). A message's ``weight`` is not charged (the server knows the clients' sample counts)."""
 from __future__ import annotations

@@ -61,6 +61,7 @@ def plan(cfg, device):
     from hydra.utils import instantiate
 
     from fl_lightning import seeding
+    from fl_lightning.config import StepBudget
     from fl_lightning.data import build_federated_data
     from fl_lightning.models import build_model
 
@@ -68,7 +69,7 @@ def plan(cfg, device):
     data = build_federated_data(cfg.data, int(fl.num_clients), int(cfg.seed), device)
     torch.manual_seed(int(cfg.seed))
     module = build_model(cfg.model, data.info).to(device)
-    rounds = [[data.steps_per_round(c, fl.local_steps, fl.local_epochs)
+    rounds = [[data.steps_per_round(c, StepBudget(fl.local_steps, fl.local_epochs))
                for c in seeding.sample_clients(int(cfg.seed), r, int(fl.num_clients), int(fl.clients_per_round))]
               for r in range(int(fl.rounds))]
     groups = cfg.method.parts.local_optimizer.get("param_groups")

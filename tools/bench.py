@@ -61,6 +61,7 @@ def framework_plan(root: str, out: str, world: int) -> None:
     from hydra import compose, initialize_config_dir
 
     from fl_lightning import seeding
+    from fl_lightning.config import StepBudget
     from fl_lightning.data import build_federated_data
     from fl_lightning.loop import assign_clients
 
@@ -71,7 +72,7 @@ def framework_plan(root: str, out: str, world: int) -> None:
         cfg = compose(config_name="config", overrides=overrides(root, world))
     data = build_federated_data(cfg.data, W1["num_clients"], W1["seed"], "cpu")
     n = W1["num_clients"]
-    work = [float(data.steps_per_round(c, None, W1["epochs"])) for c in range(n)]
+    work = [float(data.steps_per_round(c, StepBudget(epochs=W1["epochs"]))) for c in range(n)]
     sampled = [seeding.sample_clients(W1["seed"], r, n, W1["per_round"]) for r in range(W1["rounds"])]
     # per round, as the loop places clients that hold no state (plain SGD keeps none)
     owner = [[assign_clients(work, world, list(s), [-1] * n).get(c, -1) for c in range(n)] for s in sampled]

@@ -48,7 +48,7 @@ def main(overrides: list[str]) -> None:
         t = time.perf_counter()
         for r in range(R):
             for cid in seeding.sample_clients(loop.seed, r, loop.n, S):
-                for k, batch in enumerate(data.client_batches(cid, r, loop.device, loop.fl.local_steps, loop.fl.local_epochs)):
+                for k, batch in enumerate(data.client_batches(cid, r, loop.device, loop.budget)):
                     loss = module.training_step(batch, k)
                     loss.backward()
                     opt.step()

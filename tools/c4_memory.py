@@ -52,6 +52,7 @@ def train_side(root: str, tok: str, cache: str) -> None:
     import torch
     from omegaconf import OmegaConf
 
+    from fl_lightning.config import StepBudget
     from fl_lightning.data import build_federated_data
 
     base = status("RssAnon")
@@ -60,7 +61,7 @@ def train_side(root: str, tok: str, cache: str) -> None:
                             "partition": {"_target_": "fl_lightning.data.partition.iid"}})
     data = build_federated_data(cfg, 20, 0, torch.device("cpu"))
     for c in range(20):
-        for _ in data.client_batches(c, 0, "cpu", local_steps=10):
+        for _ in data.client_batches(c, 0, "cpu", StepBudget(steps=10)):
             pass
     for _ in data.test_batches("cpu"):
         pass

@@ -10,11 +10,13 @@ run's config before torch loads). The rest of the package imports only the names
   targets' signatures and their arguments' ranges, before anything is built.
 - :mod:`.compose`: :func:`instantiate`, which builds a ``_target_`` node and names the full key of any error.
 - :mod:`.paper_block`: a run's ``paper:`` block, read and checked.
+- :mod:`.budget`: :class:`StepBudget`, a client's local work (``fl.local_steps`` or ``fl.local_epochs``) as a value.
 - :mod:`.keys`: ``python -m fl_lightning.config.keys``, the keys of a group or a chosen config, explained.
 """
 from __future__ import annotations
 
 from .args import check_targets, target_info
+from .budget import StepBudget
 from .checks import check, check_overrides, check_resume, check_value, closest_key, rules
 from .compose import blame, instantiate, interpolation_source, qualify, root_of
 from .groups import check_parts
@@ -24,7 +26,7 @@ from .schema import CONFIG_GROUPS, OPTIONAL_GROUPS, FL, Checkpoint, data_default
 
 __all__ = [
     "Betas", "CONFIG_GROUPS", "Checkpoint", "FL", "Fraction", "LearningRate", "NonNegative", "OPTIONAL_GROUPS",
-    "OneOf", "Paper", "PaperError", "Positive", "Range", "UNITS", "blame", "check", "check_overrides", "check_parts",
+    "OneOf", "Paper", "PaperError", "Positive", "Range", "StepBudget", "UNITS", "blame", "check", "check_overrides", "check_parts",
     "check_resume", "check_targets", "check_value", "closest_key", "data_defaults", "instantiate",
     "interpolation_source", "not_result_keys", "qualify", "read_paper", "register", "root_of", "rules", "target_info", "Validate",
 ]

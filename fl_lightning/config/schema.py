@@ -21,6 +21,7 @@ from typing import Annotated, Any, Optional
 
 from omegaconf import OmegaConf
 
+from .budget import StepBudget
 from .ranges import IntOrWord, OneOf, Path, Range, Table, hint_meta
 
 
@@ -74,6 +75,11 @@ class FL:
     lr_min_factor: Annotated[float, Range(0.0, 1.0)] = key(
         0.0, "the cosine schedule's final lr as a fraction of the initial")
     warmup_rounds: Annotated[int, Range(0, 10**9)] = key(0, "rounds of linear lr warm-up (fewer than fl.rounds)")
+
+    @property
+    def budget(self) -> StepBudget:
+        """The clients' local work as one value (``local_steps`` or ``local_epochs``, resolved per client)."""
+        return StepBudget(self.local_steps, self.local_epochs)
 
 
 @typed

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .. import seeding
+from ..config import StepBudget
 from . import partition as part
 from .info import DataInfo
 from .tensors import TensorSet
@@ -17,10 +18,10 @@ class FederatedData:
     """Training set split over ``num_clients`` clients, plus the global test set, the held-out validation set
     (``val``, None unless ``data.val_fraction`` > 0) and the dataset's ``info``.
 
-    ``client_batches(client, round, ...)`` yields that client's minibatches for one round from a generator
-    seeded by (seed, client, round). With ``local_steps`` the client draws a stream of shuffled passes over its
-    data and takes ``local_steps`` full batches (passes wrap around); with ``local_epochs`` it makes that many
-    shuffled passes, the last batch of a pass possibly smaller.
+    ``client_batches(client, round, device, budget)`` yields that client's minibatches for one round from a
+    generator seeded by (seed, client, round). With a budget of K steps (:class:`~fl_lightning.config.StepBudget`) the client
+    draws a stream of shuffled passes over its data and takes K full batches (passes wrap around); with E epochs it
+    makes E shuffled passes, the last batch of a pass possibly smaller.
     """
 
     AHEAD_ROWS = 1 << 16  # rows drawn ahead per copy: a round of any length plans in bounded memory
@@ -43,18 +44,14 @@ class FederatedData:
     def num_samples(self, client: int) -> int:
         return len(self.client_indices[client])
 
-    def steps_per_round(self, client: int, local_steps: int | None, local_epochs: int | None) -> int:
-        if local_steps:
-            return int(local_steps)
-        n = self.num_samples(client)
-        return int(local_epochs) * -(-n // min(self.batch_size, n))
+    def steps_per_round(self, client: int, budget: StepBudget) -> int:
+        return budget.steps_for(self.num_samples(client), self.batch_size)
 
-    def client_batches(self, client: int, round_idx: int, device, local_steps: int | None = None,
-                       local_epochs: int | None = None) -> Iterator[dict]:
+    def client_batches(self, client: int, round_idx: int, device, budget: StepBudget) -> Iterator[dict]:
         g = seeding.generator(self.seed, seeding.CLIENT_DATA, client, round_idx + 1)  # +1: the probe stream is round -1
         transform = self.train.transform
         draw = getattr(transform, "draw", None)
-        plan = self._plan(client, g, local_steps, local_epochs, draw)
+        plan = self._plan(client, g, budget, draw)
         if transform is not None and draw is None:  # a transform drawing from the generator itself: batch by batch
             for take, _ in plan:
                 yield self.train.batch(take, device, g)
@@ -69,23 +66,22 @@ class FederatedData:
                 yield self.train.batch(order[start:end], device, g, None if noise is None else noise[:, start:end])
                 start = end
 
-    def _plan(self, client: int, g: torch.Generator, local_steps: int | None, local_epochs: int | None,
-              draw) -> Iterator[tuple[Tensor, Tensor | None]]:
+    def _plan(self, client: int, g: torch.Generator, budget: StepBudget, draw) -> Iterator[tuple[Tensor, Tensor | None]]:
         """(indices, augmentation randomness or None) per batch, drawn from ``g`` in the order the batches use them:
         shuffled passes wrapping around under ``local_steps``; whole passes under ``local_epochs``, the last batch
         of a pass possibly smaller."""
         idx = self.client_indices[client]
         n = len(idx)
         bs = min(self.batch_size, n)
-        if local_steps:
+        if budget.steps is not None:
             stream = torch.empty(0, dtype=torch.long)
-            for _ in range(int(local_steps)):
+            for _ in range(budget.steps):
                 while len(stream) < bs:
                     stream = torch.cat([stream, idx[torch.randperm(n, generator=g)]])
                 take, stream = stream[:bs], stream[bs:]
                 yield take, draw(bs, g) if draw else None
         else:
-            for _ in range(int(local_epochs)):
+            for _ in range(budget.epochs):
                 order = idx[torch.randperm(n, generator=g)]
                 for s in range(0, n, bs):
                     take = order[s : s + bs]
@@ -101,7 +97,7 @@ class FederatedData:
 
     def probe_batch(self, client: int, device) -> dict:
         """One minibatch at a fixed stream (round -1): for strategies that initialise state from a gradient."""
-        return next(self.client_batches(client, -1, device, local_steps=1))
+        return next(self.client_batches(client, -1, device, StepBudget(steps=1)))
 
     def test_batches(self, device, split: str = "test") -> Iterator[dict]:
         """The test set (``split="val"``: the held-out validation set) in order, ``eval_batch_size`` at a time."""

@@ -141,12 +141,15 @@ class Aggregate:
     def __init__(self, num_clients: int):
         self.num_clients = num_clients
         self.num_sampled = 0
+        self.steps = 0  # the local steps of the round's clients, summed (the loop knows them: no upload)
         self.sums: dict[str, Tensor] = {}
         self.weights: dict[str, float] = {}
 
-    def add(self, msgs: dict[str, Msg]) -> None:
-        """Add one client's uploads: the running sums of keys already seen in one multi-tensor op per weight."""
+    def add(self, msgs: dict[str, Msg], steps: int = 0) -> None:
+        """Add one client's uploads (and its local ``steps``): the running sums of keys already seen in one
+        multi-tensor op per weight."""
         self.num_sampled += 1
+        self.steps += int(steps)
         adds: dict[float, tuple[list[Tensor], list[Tensor]]] = {}
         for k, m in msgs.items():
             t = m.tensor.detach()
@@ -184,16 +187,22 @@ class Aggregate:
             flat = reduce_sum(torch.cat([self.sums[k].reshape(-1) for k in ks]))
             for k, part in zip(ks, flat.split([self.sums[k].numel() for k in ks])):
                 self.sums[k] = part.view(self.sums[k].shape)
-        w = reduce_sum(torch.tensor([self.weights[k] for k in keys] + [self.num_sampled], dtype=torch.float64, device=device))
+        w = reduce_sum(torch.tensor([self.weights[k] for k in keys] + [self.num_sampled, self.steps], dtype=torch.float64,
+                                    device=device))
         for i, k in enumerate(keys):
             self.weights[k] = float(w[i])
-        self.num_sampled = int(w[-1])
+        self.num_sampled, self.steps = int(w[-2]), int(w[-1])
 
     def sum(self, key: str) -> Tensor:
         return self.sums[key]
 
     def mean(self, key: str) -> Tensor:
         return self.sums[key] / self.weights[key]
+
+    def mean_steps(self) -> float:
+        """The mean local steps of the round's clients (K under ``fl.local_steps``; under ``fl.local_epochs`` each
+        client's own, from its data size)."""
+        return self.steps / self.num_sampled
 
     def keys(self, prefix: str = "") -> list[str]:
         return [k for k in self.sums if k.startswith(prefix)]

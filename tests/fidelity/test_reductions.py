@@ -12,6 +12,7 @@ exactly Lion"), and Muon applied directly for LocalMuon and FedMuon-avg.
 """
 from __future__ import annotations
 
+from fl_lightning.config import StepBudget
 import pytest
 import torch
 
@@ -93,7 +94,7 @@ def centralized(overrides, tmp_path, make_optimizer):
     module = loop.module
     opt = make_optimizer(module)
     for r in range(loop.R):
-        for batch in loop.data.client_batches(0, r, loop.device, local_steps=1):
+        for batch in loop.data.client_batches(0, r, loop.device, StepBudget(steps=1)):
             opt.zero_grad()
             module.training_step(loop.services.cast_floats(batch), 0).backward()
             opt.step()

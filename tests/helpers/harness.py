@@ -46,11 +46,11 @@ class FakeData:
     def num_samples(self, client: int) -> int:
         return 10 + client  # unequal on purpose (the Muon methods weight uniformly)
 
-    def steps_per_round(self, client, local_steps, local_epochs) -> int:
-        return int(local_steps)
+    def steps_per_round(self, client, budget) -> int:
+        return budget.steps_for(self.num_samples(client), self.num_samples(client))
 
-    def client_batches(self, client, round_idx, device, local_steps=None, local_epochs=None):
-        for k in range(int(local_steps)):
+    def client_batches(self, client, round_idx, device, budget):
+        for k in range(self.steps_per_round(client, budget)):
             yield self.batch_fn(client, round_idx, k)
 
     def probe_batch(self, client, device) -> dict:

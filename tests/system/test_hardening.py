@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from fl_lightning.config import StepBudget
 from tests.helpers.cli import FAST, ROOT, cli_in_process, one_line_error, run_cli
 
 pytestmark = pytest.mark.slow
@@ -35,13 +36,13 @@ def test_planning_a_long_round_holds_bounded_memory():
     from tests.helpers.cli import make_cfg
 
     data = build_federated_data(make_cfg(FAST).data, 6, 0, "cpu")
-    first = list(itertools.islice(data.client_batches(0, 3, "cpu", local_steps=10**6), 5))
-    short = list(data.client_batches(0, 3, "cpu", local_steps=5))
+    first = list(itertools.islice(data.client_batches(0, 3, "cpu", StepBudget(steps=10**6)), 5))
+    short = list(data.client_batches(0, 3, "cpu", StepBudget(steps=5)))
     for a, b in zip(first, short):
         assert all(torch.equal(a[k], b[k]) for k in a)
     old, data.AHEAD_ROWS = data.AHEAD_ROWS, 1  # one batch per copy: the same stream
     try:
-        for a, b in zip(data.client_batches(0, 3, "cpu", local_steps=5), short):
+        for a, b in zip(data.client_batches(0, 3, "cpu", StepBudget(steps=5)), short):
             assert all(torch.equal(a[k], b[k]) for k in a)
     finally:
         data.AHEAD_ROWS = old

@@ -20,7 +20,7 @@ avgΔ/η instead):
 η_r = ``lr`` × the round's schedule factor. Over the K local steps of round r the alignment term alone re-applies
 α·(η_r/η_{r-1})·avgΔ^{r-1}, i.e. exactly α·avgΔ^{r-1} with a constant lr (tested). The base ``lr`` cancels between
 Δ_G and the step; it only sets Δ_G's units (the paper's η). K is ``fl.local_steps`` (with ``fl.local_epochs`` it is
-the mean step count of last round's clients, each uploaded as one float64: 64 bits).
+the mean step count of last round's clients, which the loop counts: nothing is uploaded).
 
 Options: ``alpha`` (paper default 0.5; 0 = no alignment, the paper's ablation without Δ_G, Table 5),
 ``scale_optimizer_lr`` (default true: the (1-α) factor on the optimizer; false = the optimizer keeps its own lr:
@@ -56,10 +56,6 @@ class GlobalAlignment(Part):
         if init not in self.INITS:
             raise ConfigError("init", f"unknown value {init!r}", "use zero (Δ_G^0 = 0) or grad (mean gradient at x^0)")
         self.init = init
-        if not 0.0 <= float(alpha) < 1.0:
-            raise ConfigError("alpha", f"alignment weight must be in [0, 1), got {alpha}", "use 0.5 (the paper's)")
-        if float(lr) <= 0:
-            raise ConfigError("lr", f"must be > 0, got {lr}", "set it to the local learning rate")
         self.alpha, self.lr, self.scale_opt = float(alpha), float(lr), bool(scale_optimizer_lr)
         self.scale_wd = bool(scale_weight_decay)
         self.prev_x: dict[str, Tensor] = {}
@@ -91,9 +87,6 @@ class GlobalAlignment(Part):
     class Down(Record):
         DG = Field("DG/{}")  # Δ_G, the global update direction, per parameter
 
-    class Up(Record):
-        K = Field("K")  # the local steps a client took (when the server cannot know them)
-
     def broadcast(self, round_idx: int) -> dict[str, Msg]:
         x = self.server.global_params
         if self.prev_x and self.prev_factor > 0:
@@ -117,9 +110,8 @@ class GlobalAlignment(Part):
         return down.container
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
-        up = self.Up(self, agg)
-        if () in up.K:
-            self.prev_K = float(up.K.mean())
+        if not self.server.local_steps:  # local epochs: the mean K of the round's clients (the loop counts them)
+            self.prev_K = agg.mean_steps()
 
     def state_dict(self) -> dict[str, Tensor]:
         out = {f"prev_x/{n}": t for n, t in self.prev_x.items()}
@@ -171,16 +163,6 @@ class GlobalAlignment(Part):
             torch._foreach_add_(params, torch._foreach_mul(d, self._neg_step))
         else:
             torch._foreach_add_(params, d, alpha=-slot.step)  # p ← p - η_r α Δ_G
-
-    def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        if self.server_local_steps_known():
-            return {}
-        up = self.Up(self, {})
-        up.K.set(Msg(torch.tensor(float(client.step), dtype=torch.float64, device=client.params[self.names[0]].device)))
-        return up.container
-
-    def server_local_steps_known(self) -> bool:
-        return bool(getattr(self, "server", None) is not None and self.server.local_steps)
 
 
 def mean_probe_gradient(part: Part, server: ServerContext, names: list[str]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

@@ -81,7 +81,6 @@ class MomentumCorrection(Part):
 
     class Up(Record):
         dc = Field("dc/{}")  # a client's change of its control variate
-        K = Field("K")  # the local steps it took (when the server cannot know them)
 
     class State(Record):
         c_i = Field("c_i/{}")  # each client's control variate, per parameter
@@ -105,8 +104,8 @@ class MomentumCorrection(Part):
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
         up = self.Up(self, agg)
-        if () in up.K:
-            self.prev_K = float(up.K.mean())
+        if self.momentum == "direction" and not self.server.local_steps:  # local epochs: the clients' mean K
+            self.prev_K = agg.mean_steps()
         for n, c in self.c.items():
             if n not in up.dc:
                 continue
@@ -172,7 +171,4 @@ class MomentumCorrection(Part):
                 new = acc / K
                 out.dc[n] = Msg(new - ci)
                 state.c_i[n] = new
-        if self.momentum == "direction" and not self.server.local_steps:
-            dev = client.params[self.names[0]].device
-            out.K.set(Msg(torch.tensor(float(client.step), dtype=torch.float64, device=dev)))
         return out.container

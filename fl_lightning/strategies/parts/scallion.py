@@ -14,10 +14,8 @@ Alg. 1 line 12): with the identity compressor and α = 1 this is SCAFFOLD with �
 (the paper's premise, "an equivalent formulation" of SCAFFOLD with one uploaded vector; decision 002/#6 in
 docs/decisions.md).
 
-η is ``lr`` times the round's schedule factor. K·η is each client's own under local epochs (unequal K): each
-client then uploads it as one float64, charged 64 bits (fl_lightning/messages.py's rule), and the server uses their
-mean over the round's clients; with ``fl.local_steps`` the server knows K and η, and nothing is sent (as
-GlobalAlignment's K).
+η is ``lr`` times the round's schedule factor. K·η is each client's own (local epochs give unequal K): the server
+uses their mean over the round's clients, which it knows (the loop counts each client's steps: nothing is sent).
 α (``alpha``): ``None`` (default) is the bound 1/(1 + ω) of the compressor, per tensor: for RandK ω = d/k − 1, so
 α = k/d with k = max(1, ⌈frac·d⌉) (the codec's ``omega(d)``); a number is used for every tensor. Not specified by
 the paper (seed 002 gives neither the compressor nor α; decision 002/#6). Downlink: x and c. Float buffers travel
@@ -67,7 +65,6 @@ class Scallion(Part):
         c = Field("c/{}")  # the server's control variate, per parameter
 
     class Up(Record):
-        k_eta = Field("k_eta")  # K·η of the client's round (one float64; only under local epochs)
         u = Field("{}")  # per parameter: the compressed C(Δ_i/(Kη) − c) (the model's own delta where not trained)
 
     class State(Record):
@@ -95,10 +92,7 @@ class Scallion(Part):
         k_eta = max(1, client.step) * self.lr * client.lr_factor
         ci = client.slot(self).ci
         rng = client.codec_rng()
-        dev = next(iter(client.global_params.values())).device
         out, state, down = self.Up(self, {}), self.State(self, client.state), self.Down(self, client.received)
-        if not self.server.local_steps:  # under local epochs only the client knows its K
-            out.k_eta.set(Msg(torch.tensor(k_eta, dtype=torch.float64, device=dev)))
         for n, x in client.global_params.items():
             delta = x - client.local[n].detach()
             if n not in self.c:
@@ -112,10 +106,7 @@ class Scallion(Part):
     @torch.no_grad()
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
         up = self.Up(self, agg)
-        if self.server.local_steps:  # every client's K·η, known here: K = fl.local_steps, η of this round
-            k_eta = self.server.local_steps * self.lr * self._lr_factor(round_idx)
-        else:
-            k_eta = float(up.k_eta.mean())
+        k_eta = agg.mean_steps() * self.lr * self._lr_factor(round_idx)  # the clients' mean K·η, known here
         for n, x in self.server.global_params.items():
             if n not in self.c:
                 x.add_(up.u.mean(n).to(x.dtype))

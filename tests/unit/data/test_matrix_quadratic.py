@@ -2,6 +2,7 @@
 (fl_lightning/models/matrix_quadratic.py) against the closed forms, by hand in float64."""
 from __future__ import annotations
 
+from fl_lightning.config import StepBudget
 import math
 
 import numpy as np
@@ -48,7 +49,7 @@ def test_batch_gradient_and_global_metrics_are_the_closed_forms():
     a = data.test.tensors["a"][0].double()
     targets = data.train.tensors["target"].double()
     for client in (0, 3):
-        batch = next(data.client_batches(client, 5, "cpu", local_steps=1))
+        batch = next(data.client_batches(client, 5, "cpu", StepBudget(steps=1)))
         (grad,) = torch.autograd.grad(module.training_step(batch), module.x)
         k = int(batch["y"][0])
         assert k == client
@@ -68,7 +69,7 @@ def test_noise_is_a_function_of_seed_client_round():
     between rounds and clients."""
     def noise(client, rnd):
         data = build_federated_data(make_cfg(RUN).data, K, 7, torch.device("cpu"))
-        return torch.cat([b["noise"] for b in data.client_batches(client, rnd, "cpu", local_steps=2)])
+        return torch.cat([b["noise"] for b in data.client_batches(client, rnd, "cpu", StepBudget(steps=2))])
 
     assert torch.equal(noise(1, 2), noise(1, 2))
     assert not torch.allclose(noise(1, 2), noise(1, 3)) and not torch.allclose(noise(1, 2), noise(2, 2))

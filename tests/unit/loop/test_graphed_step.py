@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fl_lightning.config import StepBudget
 from fl_lightning.graphed_step import unsupported
 from tests.helpers.cli import build_loop
 
@@ -54,7 +55,7 @@ def test_the_step_is_captured_again_when_what_it_reads_moves(tmp_path):
     loop.strategy.setup(loop.server_context())
     received = {k: m.tensor for k, m in loop.strategy.broadcast(0).items()}
     first = loop.start_client(loop.owned[0], 0, received, 1.0)
-    for k, batch in enumerate(loop.data.client_batches(first.id, 0, loop.device, 2, None)):
+    for k, batch in enumerate(loop.data.client_batches(first.id, 0, loop.device, StepBudget(steps=2))):
         loop.local_step(first, batch, k)
     before = addresses(first, loop.strategy)
     loop.strategy.client_end(first)

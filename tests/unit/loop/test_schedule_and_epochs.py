@@ -47,3 +47,27 @@ def test_cosine_lr_reaches_the_optimizer(tmp_path):
     loop.run()
     lrs = {r: lr for r, lr in seen}
     assert lrs[0] == pytest.approx(0.05) and lrs[2] == pytest.approx(0.05 * 0.5)
+
+
+@pytest.mark.parametrize("method,part", [("fedmuon", "alignment"), ("fedavg_vr", "correction"), ("scallion", None)])
+def test_under_local_epochs_the_server_knows_each_clients_steps_and_nothing_uploads_them(method, part, tmp_path):
+    """A client's local work is one value (``fl.local_epochs``: E passes of its own data, ⌈n_i / B⌉ steps each,
+    :class:`fl_lightning.config.StepBudget`); the loop counts the round's steps, so the parts that need K (Δ_G's units,
+    the direction momentum, SCALLION's K·η) read the clients' mean from the round's aggregate, and no client uploads
+    its K (the server knows the clients' data sizes)."""
+    from fl_lightning import seeding
+
+    loop = build_loop(FAST + [f"method={method}", "fl.local_steps=null", "fl.local_epochs=1", "data.batch_size=16",
+                              "fl.rounds=2"], tmp_path)
+    sent = []
+    orig = loop.train_client
+    loop.train_client = lambda *a: (lambda out: (sent.append(sorted(out[0])), out)[1])(orig(*a))
+    loop.run_round(0)
+    assert sent and not any(k == "K" or k.endswith("/K") or "k_eta" in k for keys in sent for k in keys), sent
+    sampled = seeding.sample_clients(loop.seed, 0, loop.n, loop.S)
+    want = sum(math.ceil(loop.data.num_samples(c) / 16) for c in sampled) / len(sampled)
+    assert len({math.ceil(loop.data.num_samples(c) / 16) for c in sampled}) > 1  # the clients' K differ
+    if part is not None:
+        p = loop.strategy.parts[[type(q).__name__ for q in loop.strategy.parts].index(
+            {"alignment": "GlobalAlignment", "correction": "MomentumCorrection"}[part])]
+        assert p.prev_K == want

@@ -17,6 +17,7 @@ import sys
 import pytest
 import torch
 
+from fl_lightning.config import StepBudget
 from fl_lightning.data.augment import ImageTransform
 from tests.helpers.cli import FAST, build_loop
 
@@ -164,9 +165,9 @@ def test_augmented_batches_drawn_ahead_equal_the_batch_by_batch_recipe(how, sync
     t = ImageTransform([0.5, 0.4, 0.3], [0.2, 0.2, 0.2], augment=True)
     data = FederatedData(TensorSet({"x": x, "y": y}, t), TensorSet({"x": x, "y": y}, t), None,
                          [torch.arange(0, 13).numpy(), torch.arange(13, 40).numpy()], batch_size=5, seed=3)
-    list(data.client_batches(0, 0, "cpu", local_steps=1))  # moves mean/std to the device once
+    list(data.client_batches(0, 0, "cpu", StepBudget(steps=1)))  # moves mean/std to the device once
     sync_calls.clear()
-    got = list(data.client_batches(1, 2, "cpu", **how))
+    got = list(data.client_batches(1, 2, "cpu", StepBudget(how.get("local_steps"), how.get("local_epochs"))))
     assert not sync_calls, dict(sync_calls)  # no blocking copy, per batch or otherwise
     ref = _reference_batches(data, 1, 2, **how)
     assert len(got) == len(ref) == (7 if "local_steps" in how else 12)

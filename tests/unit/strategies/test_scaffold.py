@@ -2,6 +2,7 @@
 on a fresh minibatch, taken through ClientContext.extra_gradient from the client's own (seed, client, round) stream."""
 from __future__ import annotations
 
+from fl_lightning.config import StepBudget
 import torch
 
 from fl_lightning import seeding
@@ -35,8 +36,8 @@ def test_extra_batches_do_not_shift_local_steps(tmp_path):
     """The extra gradient draws from its own stream: the local steps' batches are those of control=mean_grad."""
     a = build_loop(FAST + ["method=scaffold", "method.control=option1", "method.lr=0.0"], tmp_path / "a")
     b = build_loop(FAST + ["method=scaffold", "method.control=mean_grad", "method.lr=0.0"], tmp_path / "b")
-    ba = list(a.data.client_batches(2, 1, a.device, 3))
-    bb = list(b.data.client_batches(2, 1, b.device, 3))
+    ba = list(a.data.client_batches(2, 1, a.device, StepBudget(steps=3)))
+    bb = list(b.data.client_batches(2, 1, b.device, StepBudget(steps=3)))
     assert all(torch.equal(x["y"], y["y"]) for x, y in zip(ba, bb))
     e = a.data.extra_batch(2, 1, a.device)
     assert not all(torch.equal(e["y"], x["y"]) for x in ba) or len(e["y"]) != len(ba[0]["y"])
