@@ -9,8 +9,11 @@ process, which would show up as breaks in the next method). The backward is trac
 (``torch._dynamo.config.trace_autograd_ops``, torch ≥ 2.14), as ``trainer.compile`` does; ``--no-trace-backward``
 shows the step as plain ``torch.compile`` sees it (``Tensor.backward()`` a break).
 
-``--run`` also trains each method 2 rounds eagerly and with ``trainer.compile=step`` (backend ``aot_eager``: the
-capture without code generation) and adds the largest relative difference of the global model and the compile counts.
+``--run`` also trains each method 3 rounds under a cosine lr schedule (``fl.lr_schedule=cosine``: the lr changes
+between rounds) eagerly and with ``trainer.compile=step`` (backend ``aot_eager``: the capture without code
+generation) and adds the largest relative difference of the global model, the compilations in round 1 (the first of
+each frame and its recompiles) and those after round 1 (rounds 2-3: 0 when the step is compiled once per run) and
+how many of all were recompiles.
 
     python tools/compile_check.py                      # every method, a markdown table on stdout
     python tools/compile_check.py --run                # and each method compiled against eager
@@ -40,7 +43,7 @@ def build_loop(method: str, run_dir: str, extra=()):
     from omegaconf import open_dict
 
     from fl_lightning.build import build
-    from fl_lightning.schema import register
+    from fl_lightning.config import register
 
     register()
     with initialize_config_dir(config_dir=os.path.join(ROOT, "conf"), version_base="1.3"):
@@ -62,10 +65,14 @@ def check(method: str) -> dict:
     import torch
     import torch._dynamo as dynamo
 
+    from fl_lightning.config import StepBudget
+
     with tempfile.TemporaryDirectory() as d:
         loop = build_loop(method, d)
         client = loop.start_client(0, 0, {k: m.tensor for k, m in loop.strategy.broadcast(0).items()}, 1.0)
-        batch = loop.services.cast_floats(next(iter(loop.data.client_batches(0, 0, loop.device, 2, None))))
+        batch = loop.services.cast_floats(next(iter(loop.data.client_batches(0, 0, loop.device, StepBudget(steps=2)))))
+        loop.strategy.before_step(client)  # the parts' decisions before the step, outside it (as train_client does)
+        loop.services.eager_under_compile()  # a second backward inside the step runs eagerly, as trainer.compile has it
         dynamo.reset()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -81,23 +88,31 @@ def check(method: str) -> dict:
     return {"method": method, "graphs": out.graph_count, "breaks": out.graph_break_count, "reasons": reasons}
 
 
+ROUNDS = 3
+RUN = [f"fl.rounds={ROUNDS}", "fl.lr_schedule=cosine"]
+
+
 def compiled_vs_eager(method: str) -> dict:
-    """2 rounds eager and 2 with ``trainer.compile=step`` (aot_eager): the largest relative difference of the global
-    model (max |a-b| / max |a| over tensors) and the compile counts."""
+    """3 rounds eager and 3 with ``trainer.compile=step`` (aot_eager), under a cosine lr schedule: the largest
+    relative difference of the global model (max |a-b| / max |a| over tensors), the compilations in round 1
+    (``round1``) and after it (``later``: rounds 2-3), and the recompiles among all of them."""
     out = {}
     for mode in ("none", "step"):
         with tempfile.TemporaryDirectory() as d:
-            loop = build_loop(method, d, ["fl.rounds=2", f"trainer.compile={mode}", "trainer.compile_backend=aot_eager"])
+            loop = build_loop(method, d, [*RUN, f"trainer.compile={mode}", "trainer.compile_backend=aot_eager"])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                for r in range(2):
+                for r in range(ROUNDS):
                     loop.run_round(r)
+                    if mode == "step" and r == 0:
+                        first = loop.client_step.counts()
             out[mode] = {k: v.detach().clone() for k, v in loop.global_params.items()}
             if mode == "step":
                 counts = loop.client_step.counts()
     a, b = out["none"], out["step"]
     rel = max(float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)) for k in a)
-    return {"rel": rel, **counts}
+    return {"rel": rel, "round1": first["compiled_graphs"],
+            "later": counts["compiled_graphs"] - first["compiled_graphs"], **counts}
 
 
 def one(method: str, trace_backward: bool, run: bool = False) -> None:
@@ -124,7 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-trace-backward", dest="trace_backward", action="store_false",
                     help="torch._dynamo.config.trace_autograd_ops = False (Tensor.backward() breaks the graph)")
     ap.add_argument("--trace-backward", dest="trace_backward", action="store_true", help=argparse.SUPPRESS)  # the child
-    ap.add_argument("--run", action="store_true", help="also train 2 rounds eager and compiled (aot_eager) and compare")
+    ap.add_argument("--run", action="store_true", help="also train 3 rounds (cosine lr) eager and compiled (aot_eager): compare, count compiles per round")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # the child: one method, a JSON line
     args = ap.parse_args(argv)
     if args.one:
@@ -137,10 +152,11 @@ def main(argv=None) -> int:
 
     print(f"torch {torch.__version__}, trace_autograd_ops={bool(args.trace_backward)}\n")
     if args.run:
-        print("| method | graphs | graph breaks | compiled vs eager (rel.) | graphs compiled | recompiles | reasons (first line each) |\n|---|---|---|---|---|---|---|")
+        print("| method | graphs | graph breaks | compiled vs eager (rel.) | compiled in round 1 | compiled after round 1 "
+              "| recompiles | reasons (first line each) |\n|---|---|---|---|---|---|---|---|")
     else:
         print("| method | graphs | graph breaks | reasons (first line each) |\n|---|---|---|---|")
-    whole = 0
+    whole = once = 0
     names = args.methods or methods()
     for m in names:
         cmd = [sys.executable, os.path.abspath(__file__), m, "--one", "--trace-backward" if args.trace_backward else "--no-trace-backward"]
@@ -149,12 +165,16 @@ def main(argv=None) -> int:
         line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
         r = json.loads(line[len("RESULT "):]) if line else {"error": f"exit {p.returncode}: {reason(p.stderr[-300:] or '?')}"}
         if "error" in r:
-            print(f"| {m} | — | — |{' — | — | — |' if args.run else ''} failed: {r['error']} |", flush=True)
+            print(f"| {m} | — | — |{' — | — | — | — |' if args.run else ''} failed: {r['error']} |", flush=True)
             continue
         whole += r["breaks"] == 0
-        ran = f" {r['rel']:.1e} | {r['compiled_graphs']} | {r['recompiles']} |" if args.run else ""
+        if args.run:
+            once += r["later"] == 0
+        ran = f" {r['rel']:.1e} | {r['round1']} | {r['later']} | {r['recompiles']} |" if args.run else ""
         print(f"| {m} | {r['graphs']} | {r['breaks']} |{ran} {'; '.join(r['reasons']) or 'none: one graph'} |", flush=True)
     print(f"\n{whole} of {len(names)} methods' local step is one graph")
+    if args.run:
+        print(f"{once} of {len(names)} methods compile nothing after round 1")
     return 0
 
 
