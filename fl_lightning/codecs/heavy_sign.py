@@ -17,7 +17,6 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
 from ..messages import Msg
 from ..config import Range
 from .base import index_bits, value_bits
@@ -25,8 +24,6 @@ from .base import index_bits, value_bits
 
 class HeavySign:
     def __init__(self, frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.01):
-        if not 0 < float(frac) <= 1:
-            raise ConfigError("frac", f"must be in (0, 1], got {frac}", "use e.g. 0.01 (1% heavy coordinates)")
         self.frac = float(frac)
 
     def k(self, d: int) -> int:

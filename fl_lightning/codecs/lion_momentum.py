@@ -29,9 +29,6 @@ class LionMomentum:
         if inner is not None and (isinstance(inner, (str, bytes)) or not hasattr(inner, "encode")):
             raise ConfigError("inner", f"expected a codec, got {inner!r}",
                               "give a _target_ such as fl_lightning.codecs.Sign (or null for Sign())")
-        for name, b in (("beta1", beta1), ("beta2", beta2)):
-            if not 0 <= float(b) < 1:
-                raise ConfigError(name, f"must be in [0, 1), got {b}", "use e.g. 0.9 (FedSMU App. A)")
         self.inner = inner if inner is not None else Sign()
         self.beta1, self.beta2 = float(beta1), float(beta2)
 

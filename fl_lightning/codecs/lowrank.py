@@ -81,8 +81,6 @@ class LowRankSVD:
     def __init__(self, mode: str = "storage_frac", frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.05):
         if mode not in MODES:
             raise ConfigError("mode", f"unknown mode {mode!r}", f"use one of {', '.join(MODES)}")
-        if not 0 < float(frac) <= 1:
-            raise ConfigError("frac", f"must be in (0, 1], got {frac}", "use e.g. 0.05")
         self.mode, self.frac = mode, float(frac)
 
     def encode(self, tensor: Tensor, state=None, rng=None):

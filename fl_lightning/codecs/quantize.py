@@ -16,9 +16,12 @@ An all-zero tensor is rebuilt as zeros.
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
+from ..config import Range, Validate
 from ..errors import ConfigError
 from ..messages import Msg
 from .base import value_bits
@@ -37,19 +40,24 @@ def quantize(v: Tensor, bits: int, grid: str = "all_codes") -> tuple[Tensor, Ten
     return torch.where(s > 0, lv, torch.zeros_like(lv)), s
 
 
+def zero_grid_bits(bits, grid) -> bool:
+    """Grid ``zero``'s levels are −1, 0 and 1 at the least: it needs 2 bits (a rule tying two arguments)."""
+    return grid != "zero" or int(bits) >= 2
+
+
+Bits = Annotated[int, Range(1, 16), Validate(zero_grid_bits, "grid zero needs at least 2 bits (levels -1, 0, 1)",
+                                             "use bits >= 2 or grid all_codes")]
+
+
 class Quantize:
     GRIDS = ("all_codes", "zero")
     SCALES = ("max", "none")
 
-    def __init__(self, bits: int = 8, scale: str = "max", grid: str = "all_codes"):
-        if isinstance(bits, bool) or int(bits) != bits or not 1 <= int(bits) <= 16:
-            raise ConfigError("bits", f"must be an integer in [1, 16], got {bits!r}", "use e.g. 3 or 8")
+    def __init__(self, bits: Bits = 8, scale: str = "max", grid: str = "all_codes"):
         if scale not in self.SCALES:
             raise ConfigError("scale", f"unknown scale {scale!r}", f"use one of {', '.join(self.SCALES)}")
         if grid not in self.GRIDS:
             raise ConfigError("grid", f"unknown grid {grid!r}", f"use one of {', '.join(self.GRIDS)}")
-        if grid == "zero" and int(bits) < 2:
-            raise ConfigError("bits", "grid zero needs at least 2 bits (levels -1, 0, 1)", "use bits >= 2 or grid all_codes")
         self.bits, self.scale, self.grid = int(bits), scale, grid
 
     def encode(self, tensor: Tensor, state=None,

@@ -18,8 +18,6 @@ from .topk import TopK
 
 
 class RandK(TopK):
-    example = "0.1 (10% of the coordinates)"
-
     def __init__(self, frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.1, index_bits: str | int = "log2"):
         super().__init__(frac, index_bits)
 

@@ -15,7 +15,6 @@ import math
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
 from ..messages import Msg
 from ..config import Positive
 
@@ -29,8 +28,6 @@ class SignSteps:
     uses_client = True
 
     def __init__(self, lr: Positive):
-        if not float(lr) > 0:
-            raise ConfigError("lr", f"must be > 0, got {lr}", "give the local Lion lr (method.lr)")
         self.lr = float(lr)
 
     def encode(self, tensor: Tensor, state=None, rng=None, client=None) -> Msg:

@@ -23,11 +23,7 @@ from .base import index_bits, value_bits
 
 
 class TopK:
-    example = "0.01 (1% of the coordinates)"
-
     def __init__(self, frac: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.01, index_bits: str | int = "log2"):
-        if not 0 < float(frac) <= 1:
-            raise ConfigError("frac", f"must be in (0, 1], got {frac}", f"use e.g. {self.example}")
         if index_bits not in ("log2", 32, "32"):
             raise ConfigError("index_bits", f"unknown value {index_bits!r}", "use 32 or log2")
         self.frac, self.index_bits = float(frac), ("log2" if index_bits == "log2" else 32)

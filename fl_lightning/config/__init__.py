@@ -15,7 +15,7 @@ run's config before torch loads). The rest of the package imports only the names
 """
 from __future__ import annotations
 
-from .args import check_targets, target_info
+from .args import check_call, check_targets, target_info
 from .budget import StepBudget
 from .checks import check, check_overrides, check_resume, check_value, closest_key, rules
 from .compose import blame, instantiate, interpolation_source, qualify, root_of
@@ -26,7 +26,7 @@ from .schema import CONFIG_GROUPS, OPTIONAL_GROUPS, FL, Checkpoint, data_default
 
 __all__ = [
     "Betas", "CONFIG_GROUPS", "Checkpoint", "FL", "Fraction", "LearningRate", "NonNegative", "OPTIONAL_GROUPS",
-    "OneOf", "Paper", "PaperError", "Positive", "Range", "StepBudget", "UNITS", "blame", "check", "check_overrides", "check_parts",
+    "OneOf", "Paper", "PaperError", "Positive", "Range", "StepBudget", "UNITS", "blame", "check", "check_call", "check_overrides", "check_parts",
     "check_resume", "check_targets", "check_value", "closest_key", "data_defaults", "instantiate",
     "interpolation_source", "not_result_keys", "qualify", "read_paper", "register", "root_of", "rules", "target_info", "Validate",
 ]

@@ -115,6 +115,12 @@ def target_info(target: str):
         obj = get_object(target)
     except Exception:
         return None
+    return object_info(obj, EXTERNAL_HINTS.get(target))
+
+
+def object_info(obj, extra: Mapping | None = None):
+    """(object, signature, hints with their Annotated markers) of a function or class (``extra``: hints that
+    override its own)."""
     sig = signature(obj)
     if sig is None:
         return obj, None, {}
@@ -122,7 +128,7 @@ def target_info(target: str):
         hints = typing.get_type_hints(obj.__init__ if inspect.isclass(obj) else obj, include_extras=True)
     except Exception:
         hints = {}
-    return obj, sig, {**hints, **EXTERNAL_HINTS.get(target, {})}
+    return obj, sig, {**hints, **(extra or {})}
 
 
 def _typed_dict(hint) -> dict | None:
@@ -151,6 +157,101 @@ def _check_fields(full: str, value: dict, fields: dict, root) -> None:
             err = qualify(ConfigError(f"{full}.{k}", bad, ""), "", root)
             ex = override_text(_example(meta, None, False))
             raise ConfigError(err.key, bad, f"set it to {describe_target(meta)}, e.g. {err.key.split(' (via ')[0]}={ex}")
+
+
+def check_arguments(info, target: str, sub: Mapping, key: str, root=None, skip=()) -> None:
+    """The values ``sub`` of one ``_target_`` node at ``key`` against its target's signature (``info``:
+    :func:`target_info`): a key that is not an argument (unless it takes ``**kwargs``; ``skip``: keys its builder
+    consumes), a value of the wrong type or out of its annotation's range, then the arguments' named
+    :class:`~fl_lightning.config.ranges.Validate` rules. One :class:`ConfigError` naming the full key."""
+    obj, sig, hints = info
+    if sig is None:
+        return
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    skip = set(skip)
+    for arg, value in sub.items():
+        if str(arg).startswith("_") or arg in skip or (arg == "name" and "name" not in sig.parameters):
+            continue
+        full = f"{key}.{arg}" if key else str(arg)
+        if arg not in sig.parameters and not takes_any:
+            params = [p for p in sig.parameters if p not in ("self", "args", "kwargs")]
+            near = difflib.get_close_matches(str(arg), params + sorted(skip), n=1)  # data.batch_size too
+            err = qualify(ConfigError(full, f"is not an argument of {target}", ""), "", root)
+            user = err.key.split(" (via ")[0].rpartition(".")[0]
+            fix = f"did you mean {user}.{near[0]}?" if near else "remove it"
+            raise ConfigError(err.key, err.problem, f"{fix} (it takes: {', '.join(params)})")
+        p = sig.parameters.get(arg)
+        has_default = p is not None and p.default is not p.empty
+        default = p.default if has_default else None
+        fields = _typed_dict(hints.get(arg))
+        if fields is not None and isinstance(value, dict):  # a nested node with declared keys (TypedDict)
+            _check_fields(full, value, fields, root)
+            continue
+        meta = hint_meta(hints.get(arg), default, has_default)
+        if meta is None or (meta["kind"] != "list" and isinstance(value, (dict, list))):
+            continue
+        bad = arg_problem(meta, value)
+        if bad:
+            err = qualify(ConfigError(full, bad, ""), "", root)
+            if meta["kind"] == "list" and isinstance(value, list):
+                for i, item in enumerate(value):  # betas: [${method.beta1}, ${method.beta2}]
+                    src = interpolation_source(root, f"{full}.{i}") if problem(meta["items"], item) else None
+                    if src and src != f"{err.key.split(' (via ')[0]}.{i}":
+                        item_meta = dict(meta["items"], example=None)
+                        d = default[i] if isinstance(default, (list, tuple)) and len(default) > i else None
+                        ex = override_text(_example(item_meta, d, d is not None))
+                        raise ConfigError(f"{src} (via {err.key.split(' (via ')[0]}.{i})",
+                                          problem(meta["items"], item),
+                                          f"set it to {describe_target(item_meta)}, e.g. {src}={ex}")
+            user = err.key.split(" (via ")[0]
+            ex = override_text(_example(meta, default, has_default))
+            shown = override_text(default)
+            known = f" (its default: {shown})" if has_default and shown != ex else ""
+            raise ConfigError(err.key, bad, f"set it to {describe_target(meta)}, e.g. {user}={ex}{known}")
+    _check_rules(sig, hints, sub, key, root)
+
+
+def _check_rules(sig, hints: Mapping, sub: Mapping, key: str, root) -> None:
+    """The :class:`~fl_lightning.config.ranges.Validate` rules of the arguments, on their configured values (else
+    their defaults); a rule none of whose arguments the node sets is the constructor's own default, not checked."""
+    for arg, p in sig.parameters.items():
+        meta = hint_meta(hints.get(arg), None if p.default is p.empty else p.default, p.default is not p.empty)
+        for v in meta["validators"] if meta else ():
+            names = list(inspect.signature(v.rule).parameters)
+            if not any(n in sub for n in names):
+                continue
+            values = {}
+            for n in names:
+                q = sig.parameters.get(n)
+                if n in sub:
+                    values[n] = sub[n]
+                elif q is not None and q.default is not q.empty:
+                    values[n] = q.default
+            if len(values) < len(names) or v.rule(**values):
+                continue
+            err = qualify(ConfigError(f"{key}.{arg}" if key else arg, v.problem.format(**values), ""), "", root)
+            raise ConfigError(err.key, err.problem, v.fix.format(**values))
+
+
+def check_call(obj, *args, **kwargs) -> None:
+    """A direct call's arguments (``check_call(TopK, 0)``) against ``obj``'s annotations, as :func:`check_targets`
+    checks a config node's before anything is built: one :class:`ConfigError` naming the argument. For code and
+    tests that construct a part, codec or optimizer in Python, where no config check ran; a ``functools.partial``
+    is checked with its bound arguments."""
+    if isinstance(obj, functools.partial):
+        return check_call(obj.func, *obj.args, *args, **{**obj.keywords, **kwargs})
+    info = object_info(obj)
+    if info[1] is None:
+        return
+    values = {**info[1].bind_partial(*args).arguments, **kwargs}
+    check_arguments(info, f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', obj)}", values, "")
+
+
+def checked(obj, *args, **kwargs):
+    """``obj(*args, **kwargs)`` after :func:`check_call`: a part, codec or optimizer built in Python meets the checks
+    a config's would."""
+    check_call(obj, *args, **kwargs)
+    return obj(*args, **kwargs)
 
 
 def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
@@ -196,48 +297,5 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
                     fix = (f"if {target.rpartition('.')[0]} is your own code, add the folder that holds it to "
                            "PYTHONPATH (PYTHONPATH=/abs/folder python train.py ...); else " + fix)
                 raise qualify(ConfigError(f"{key}._target_", f"cannot be built ({what})", fix), "", root)
-            obj, sig, hints = info
-            if sig is None:
-                continue
-            takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-            skip = set((drop or {}).get(key, ()))
-            for arg, value in sub.items():
-                if str(arg).startswith("_") or arg in skip or (arg == "name" and "name" not in sig.parameters):
-                    continue
-                full = f"{key}.{arg}"
-                if arg not in sig.parameters and not takes_any:
-                    params = [p for p in sig.parameters if p not in ("self", "args", "kwargs")]
-                    near = difflib.get_close_matches(str(arg), params + sorted(skip), n=1)  # data.batch_size too
-                    err = qualify(ConfigError(full, f"is not an argument of {target}", ""), "", root)
-                    user = err.key.split(" (via ")[0].rpartition(".")[0]
-                    fix = f"did you mean {user}.{near[0]}?" if near else "remove it"
-                    raise ConfigError(err.key, err.problem, f"{fix} (it takes: {', '.join(params)})")
-                p = sig.parameters.get(arg)
-                has_default = p is not None and p.default is not p.empty
-                default = p.default if has_default else None
-                fields = _typed_dict(hints.get(arg))
-                if fields is not None and isinstance(value, dict):  # a nested node with declared keys (TypedDict)
-                    _check_fields(full, value, fields, root)
-                    continue
-                meta = hint_meta(hints.get(arg), default, has_default)
-                if meta is None or (meta["kind"] != "list" and isinstance(value, (dict, list))):
-                    continue
-                bad = arg_problem(meta, value)
-                if bad:
-                    err = qualify(ConfigError(full, bad, ""), "", root)
-                    if meta["kind"] == "list" and isinstance(value, list):
-                        for i, item in enumerate(value):  # betas: [${method.beta1}, ${method.beta2}]
-                            src = interpolation_source(root, f"{full}.{i}") if problem(meta["items"], item) else None
-                            if src and src != f"{err.key.split(' (via ')[0]}.{i}":
-                                item_meta = dict(meta["items"], example=None)
-                                d = default[i] if isinstance(default, (list, tuple)) and len(default) > i else None
-                                ex = override_text(_example(item_meta, d, d is not None))
-                                raise ConfigError(f"{src} (via {err.key.split(' (via ')[0]}.{i})",
-                                                  problem(meta["items"], item),
-                                                  f"set it to {describe_target(item_meta)}, e.g. {src}={ex}")
-                    user = err.key.split(" (via ")[0]
-                    ex = override_text(_example(meta, default, has_default))
-                    shown = override_text(default)
-                    known = f" (its default: {shown})" if has_default and shown != ex else ""
-                    raise ConfigError(err.key, bad, f"set it to {describe_target(meta)}, e.g. {user}={ex}{known}")
+            check_arguments(info, target, sub, key, root, skip=(drop or {}).get(key, ()))
     check_labels(cfg)

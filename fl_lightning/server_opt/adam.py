@@ -19,13 +19,14 @@ ran Keras Adam, zero-initialised and bias-corrected, and Yogi with initial accum
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..config import Fraction, NonNegative, Positive
-from .base import ServerOptimizer, check_beta, check_nonneg, state_dtype
+from ..config import Fraction, Positive, Range, Validate
+from .base import ServerOptimizer, state_dtype
 
 
 BIAS_CORRECTIONS = (False, True, "step_size")
@@ -56,10 +57,19 @@ def initial_v(v0, tau: float) -> float:
         return tau * tau
     if v0 == "zero":
         return 0.0
-    if isinstance(v0, bool) or not isinstance(v0, (int, float)):
-        raise ConfigError("v0", f"unknown value {v0!r}",
-                          "use tau2 (Reddi et al. Alg. 2: v_-1 = tau^2), zero, or a number >= 0")
-    return check_nonneg("v0", v0, "use tau2, zero, or a number >= 0")
+    return float(v0)
+
+
+def v_floored(tau, v0) -> bool:
+    """``m / (sqrt(v) + tau)`` stays finite: tau > 0, or v starting above 0 (a rule tying two arguments)."""
+    return float(tau) > 0 or initial_v(v0, float(tau)) > 0
+
+
+# the arguments Adam, Yogi and AMSGrad share: tau >= 0 (not 0 with v starting at 0); v_{-1}: tau2 (Alg. 2's
+# tau^2), zero, or a number >= 0
+Tau = Annotated[float, Range(0.0), Validate(v_floored, "tau = 0 with v starting at 0 divides by zero",
+                                            "use tau > 0, e.g. 1e-3")]
+V0 = Annotated[float | str, Range(0.0, words=("tau2", "zero"))]
 
 
 class AdaptiveServerOptimizer(ServerOptimizer):
@@ -67,23 +77,16 @@ class AdaptiveServerOptimizer(ServerOptimizer):
 
     state_names = ("m", "v")
 
-    def __init__(self, params, lr: Positive, beta1: Fraction, beta2: Fraction, tau: NonNegative,
-                 bias_correction: bool | str, v0):
+    def __init__(self, params, lr: Positive, beta1: Fraction, beta2: Fraction, tau: Tau,
+                 bias_correction: bool | str, v0: V0):
         super().__init__(params, lr)
-        self.beta1 = check_beta("beta1", beta1, "use beta1 in [0, 1), e.g. 0.9")
-        self.beta2 = check_beta("beta2", beta2, "use beta2 in [0, 1), e.g. 0.99")
-        self.tau = check_nonneg("tau", tau, "use a small tau >= 0, e.g. 1e-3")
+        self.beta1, self.beta2, self.tau = float(beta1), float(beta2), float(tau)
         if not (isinstance(bias_correction, bool) or bias_correction == "step_size"):
             raise ConfigError("bias_correction", f"expected true, false or step_size, got {bias_correction!r}",
                               "use false (Alg. 2), true (Kingma & Ba Alg. 1) or step_size (lr_t = lr sqrt(1-beta2^t)"
                               "/(1-beta1^t), Flower's FedAdam)")
         self.bias_correction = bias_correction
         self.v0 = initial_v(v0, self.tau)
-        if self.v0 == 0.0 and self.tau == 0.0 and not self._floored():
-            raise ConfigError("tau", "tau = 0 with v starting at 0 divides by zero", "use tau > 0, e.g. 1e-3")
-
-    def _floored(self) -> bool:
-        return False
 
     def initial(self, name, x):
         if name.startswith("v"):
@@ -93,8 +96,8 @@ class AdaptiveServerOptimizer(ServerOptimizer):
 
 class Adam(AdaptiveServerOptimizer):
     def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
-                 tau: NonNegative = 1e-3,
-                 bias_correction: bool | str = False, v0="tau2"):
+                 tau: Tau = 1e-3,
+                 bias_correction: bool | str = False, v0: V0 = "tau2"):
         super().__init__(params, lr, beta1, beta2, tau, bias_correction, v0)
         self._init_state()
 
@@ -102,4 +105,5 @@ class Adam(AdaptiveServerOptimizer):
         return adam_update(g, state["m"], state["v"], self.t, self.beta1, self.beta2, self.tau, self.bias_correction)
 
 
-__all__ = ["Adam", "AdaptiveServerOptimizer", "BIAS_CORRECTIONS", "adam_update", "adaptive_step", "initial_v"]
+__all__ = ["Adam", "AdaptiveServerOptimizer", "BIAS_CORRECTIONS", "Tau", "V0", "adam_update", "adaptive_step",
+           "initial_v", "v_floored"]

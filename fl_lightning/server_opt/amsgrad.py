@@ -22,9 +22,8 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ..config import Fraction, NonNegative, OneOf, Positive
-from .adam import AdaptiveServerOptimizer
-from .base import check_choice
+from ..config import Fraction, OneOf, Positive
+from .adam import V0, AdaptiveServerOptimizer, Tau
 
 TAU_MODES = ("max", "add")
 
@@ -49,15 +48,11 @@ class AMSGrad(AdaptiveServerOptimizer):
     state_names = ("m", "v", "v_hat")
 
     def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
-                 tau: NonNegative = 1e-6, bias_correction: bool | str = False, v0="zero",
+                 tau: Tau = 1e-6, bias_correction: bool | str = False, v0: V0 = "zero",
                  tau_mode: Annotated[str, OneOf(*TAU_MODES)] = "max"):
-        check_choice("tau_mode", tau_mode, TAU_MODES)
         self.tau_mode = tau_mode
         super().__init__(params, lr, beta1, beta2, tau, bias_correction, v0)
         self._init_state()
-
-    def _floored(self) -> bool:
-        return self.tau_mode == "max" and self.tau > 0
 
     def update(self, g, state, x):
         return amsgrad_update(g, state["m"], state["v"], state["v_hat"], self.t, self.beta1, self.beta2, self.tau,

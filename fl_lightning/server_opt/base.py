@@ -5,9 +5,10 @@ per-tensor state (fp32 at least). ``step(grads)`` takes the round's pseudo-gradi
 tensor and applies ``x <- x - lr * update(g, state)`` in place (descent convention, as torch.optim; Reddi et al.'s
 Alg. 2 writes the same step as ``x + eta * m / (sqrt(v) + tau)`` with ``Delta = -g``). ``state_dict()`` is flat
 (``"<name>/<state>"`` tensors plus ``"step"``, a 0-d int64 tensor) and ``load_state_dict`` reads every key it saved
-(the checkpointer's strict resume). Constructors check their arguments and raise
-:class:`~fl_lightning.errors.ConfigError` naming the argument (the caller qualifies it to the full key); they
-accept an empty ``params`` so a caller can validate a factory before it has tensors.
+(the checkpointer's strict resume). Constructors state their arguments' ranges in their annotations
+(:mod:`fl_lightning.config.ranges`), checked with the config before anything is built (in Python:
+``fl_lightning.config.args.check_call``); they accept an empty ``params`` so a caller can validate a factory before
+it has tensors.
 """
 from __future__ import annotations
 
@@ -16,34 +17,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
 from ..config import Positive
-
-
-def check_positive(name: str, value, fix: str) -> float:
-    v = float(value)
-    if not v > 0:
-        raise ConfigError(name, f"must be > 0, got {value}", fix)
-    return v
-
-
-def check_nonneg(name: str, value, fix: str) -> float:
-    v = float(value)
-    if not v >= 0:
-        raise ConfigError(name, f"must be >= 0, got {value}", fix)
-    return v
-
-
-def check_beta(name: str, value, fix: str) -> float:
-    v = float(value)
-    if not 0 <= v < 1:
-        raise ConfigError(name, f"must be in [0, 1), got {value}", fix)
-    return v
-
-
-def check_choice(name: str, value, allowed: Sequence) -> None:
-    if value not in allowed:
-        raise ConfigError(name, f"unknown value {value!r}", f"use one of {', '.join(map(str, allowed))}")
 
 
 def state_dtype(x: Tensor) -> torch.dtype:
@@ -57,7 +31,7 @@ class ServerOptimizer:
     state_names: tuple[str, ...] = ()
 
     def __init__(self, params: Mapping[str, Tensor] | Sequence[Tensor], lr: Positive):
-        self.lr = check_positive("lr", lr, "use a positive server learning rate, e.g. lr=1.0")
+        self.lr = float(lr)
         if isinstance(params, Mapping):
             self.params = dict(params)
         else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..optim.lion import lion_update  # the pure update, shared with the local optimizer
 from ..config import Fraction, NonNegative, Positive
-from .base import ServerOptimizer, check_beta, check_nonneg
+from .base import ServerOptimizer
 
 
 class Lion(ServerOptimizer):
@@ -21,9 +21,7 @@ class Lion(ServerOptimizer):
     def __init__(self, params, lr: Positive = 1e-3, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
                  weight_decay: NonNegative = 0.0):
         super().__init__(params, lr)
-        self.beta1 = check_beta("beta1", beta1, "use beta1 in [0, 1), e.g. 0.9")
-        self.beta2 = check_beta("beta2", beta2, "use beta2 in [0, 1), e.g. 0.99")
-        self.weight_decay = check_nonneg("weight_decay", weight_decay, "use weight_decay >= 0, e.g. 0")
+        self.beta1, self.beta2, self.weight_decay = float(beta1), float(beta2), float(weight_decay)
         self._init_state()
 
     def update(self, g, state, x):

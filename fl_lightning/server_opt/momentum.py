@@ -12,7 +12,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..config import Fraction, Positive
-from .base import ServerOptimizer, check_beta
+from .base import ServerOptimizer
 
 
 def momentum_update(g: Tensor, buf: Tensor, beta: float, nesterov: bool = False) -> Tensor:
@@ -26,7 +26,7 @@ class Momentum(ServerOptimizer):
 
     def __init__(self, params, lr: Positive = 1.0, momentum: Fraction = 0.9, nesterov: bool = False):
         super().__init__(params, lr)
-        self.momentum = check_beta("momentum", momentum, "use a momentum in [0, 1), e.g. momentum=0.9")
+        self.momentum = float(momentum)
         self.nesterov = bool(nesterov)
         self._init_state()
 

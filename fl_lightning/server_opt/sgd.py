@@ -11,7 +11,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from ..config import NonNegative, Positive
-from .base import ServerOptimizer, check_nonneg
+from .base import ServerOptimizer
 
 
 def sgd_update(g: Tensor) -> Tensor:
@@ -22,7 +22,7 @@ def sgd_update(g: Tensor) -> Tensor:
 class SGD(ServerOptimizer):
     def __init__(self, params, lr: Positive = 1.0, weight_decay: NonNegative = 0.0):
         super().__init__(params, lr)
-        self.weight_decay = check_nonneg("weight_decay", weight_decay, "use weight_decay >= 0, e.g. 0")
+        self.weight_decay = float(weight_decay)
         self._init_state()
 
     def update(self, g, state, x):

@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..config import Fraction, NonNegative, Positive
-from .adam import AdaptiveServerOptimizer, adaptive_step
+from ..config import Fraction, Positive
+from .adam import V0, AdaptiveServerOptimizer, Tau, adaptive_step
 
 
 def yogi_update(g: Tensor, m: Tensor, v: Tensor, t: int, beta1: float, beta2: float, tau: float,
@@ -29,8 +29,8 @@ def yogi_update(g: Tensor, m: Tensor, v: Tensor, t: int, beta1: float, beta2: fl
 
 class Yogi(AdaptiveServerOptimizer):
     def __init__(self, params, lr: Positive = 0.01, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
-                 tau: NonNegative = 1e-3,
-                 bias_correction: bool | str = False, v0="tau2"):
+                 tau: Tau = 1e-3,
+                 bias_correction: bool | str = False, v0: V0 = "tau2"):
         super().__init__(params, lr, beta1, beta2, tau, bias_correction, v0)
         self._init_state()
 

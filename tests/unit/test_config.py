@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from fl_lightning.config import check_targets
 from fl_lightning.errors import ConfigError
 from fl_lightning.strategies import build_strategy
 from fl_lightning.strategies.parts import LocalOptimizer
@@ -29,8 +30,10 @@ from tests.helpers.harness import FakeData, LossModule, MLP, build, method_confi
     ("fedavg", "+method.parts.nosuch._target_=torch.nn.Identity", "method.parts.nosuch._target_"),  # not a Part
 ])
 def test_part_errors_name_the_full_key(method, override, key):
+    """As a run meets them: the config check (ranges from the annotations), then the build (the constructors' own)."""
     cfg = method_config(method, [override])
     with pytest.raises(ConfigError) as err:
+        check_targets(cfg, groups=("method",))
         build_strategy(cfg.method)
     assert err.value.key == key
     assert "\n" not in str(err.value) and "fix:" in str(err.value)

@@ -19,19 +19,23 @@ from typing import Annotated
 
 import torch
 
-from ...errors import ConfigError
-from ...config import NonNegative, Range
+from ...config import NonNegative, Range, Validate
 from ..base import ClientContext, Part
 
 
+def lower_below_upper(lower, upper) -> bool:
+    """The lower threshold d may not exceed the upper one u (a rule tying two arguments)."""
+    return float(lower) <= float(upper)
+
+
+Lower = Annotated[float, Range(0.0), Validate(lower_below_upper, "need 0 <= lower <= upper, got lower={lower}, "
+                                              "upper={upper}", "set lower below upper (e.g. lower=1e-4 upper=1)")]
+
+
 class BiClip(Part):
-    def __init__(self, lower: NonNegative = 1e-4, upper: NonNegative = 1.0,
+    def __init__(self, lower: Lower = 1e-4, upper: NonNegative = 1.0,
                  lower_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0,
                  upper_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0):
-        if not 0.0 <= float(lower) <= float(upper):
-            raise ConfigError("upper" if float(upper) < 1e-4 <= float(lower) else "lower",
-                              f"need 0 <= lower <= upper, got lower={lower}, upper={upper}",
-                              "set lower below upper (e.g. lower=1e-4 upper=1)")
         self.d, self.u = float(lower), float(upper)
         self.gamma, self.zeta = float(lower_exponent), float(upper_exponent)
 

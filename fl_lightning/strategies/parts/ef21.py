@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ...codecs.base import CodecState
+from ...config import Positive
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
@@ -27,13 +28,11 @@ from ..records import Field, Record
 class EF21Aggregation(Part):
     PARTIAL = ("all", "sampled")
 
-    def __init__(self, codec, server_lr: float = 1.0, partial: str = "all"):
+    def __init__(self, codec, server_lr: Positive = 1.0, partial: str = "all"):
         if codec is None or isinstance(codec, (str, bytes)) or not hasattr(codec, "encode"):
             raise ConfigError("codec", f"expected a codec, got {codec!r}", "give a _target_ such as fl_lightning.codecs.TopK")
         if partial not in self.PARTIAL:
             raise ConfigError("partial", f"unknown value {partial!r}", f"use one of {', '.join(self.PARTIAL)}")
-        if not float(server_lr) > 0:
-            raise ConfigError("server_lr", f"must be > 0, got {server_lr}", "use e.g. 1.0")
         self.codec, self.gamma, self.partial = codec, float(server_lr), partial
         self.g: dict[str, Tensor] = {}
 

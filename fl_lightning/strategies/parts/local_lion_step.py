@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import ConfigError
 from ...optim.lion import lion_update
 from ...config import Fraction, NonNegative, Positive
 from ..base import ClientContext, Part
@@ -24,12 +23,6 @@ from ..records import Field, Record
 class LocalLionStep(Part):
     def __init__(self, lr: Positive = 0.001, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
                  weight_decay: NonNegative = 0.01):
-        for name, b in (("beta1", beta1), ("beta2", beta2)):
-            if not 0 <= float(b) < 1:
-                raise ConfigError(name, f"must be in [0, 1), got {b}", "use e.g. 0.9 (FedSMU App. A)")
-        if not float(lr) > 0 or not float(weight_decay) >= 0:
-            raise ConfigError("lr", f"lr must be > 0 and weight_decay >= 0, got {lr}, {weight_decay}",
-                              "use the paper's gamma1 = 0.001, gamma2 = 0.01")
         self.lr, self.beta1, self.beta2, self.wd = float(lr), float(beta1), float(beta2), float(weight_decay)
 
     class State(Record):

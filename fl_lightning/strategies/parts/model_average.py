@@ -30,11 +30,13 @@ step on the trainable parameters (FedOpt: Reddi et al., "Adaptive Federated Opti
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Annotated
 
 import torch
 from torch import Tensor
 
 from ...codecs.base import CodecState
+from ...config import Range, Validate, check_call
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
@@ -42,10 +44,19 @@ from ..records import Field, Record
 _OPT = "server_opt/"
 
 
+def one_server_step(server_lr, server_opt) -> bool:
+    """With a server optimizer, its lr is the server step: server_lr stays 1 (a rule tying two arguments)."""
+    return server_opt is None or float(server_lr) == 1.0
+
+
+ServerLr = Annotated[float, Range(0.0), Validate(one_server_step, "{server_lr} with a server optimizer, whose lr is the "
+                                                 "server step", "leave server_lr at 1.0 and set the server optimizer's lr")]
+
+
 class ModelAverage(Part):
     RULES = ("mean", "n_minus_s", "majority_vote")
 
-    def __init__(self, rule: str = "mean", weighting: str = "num_samples", server_lr: float = 1.0, server_opt=None,
+    def __init__(self, rule: str = "mean", weighting: str = "num_samples", server_lr: ServerLr = 1.0, server_opt=None,
                  codec=None):
         if rule not in self.RULES:
             raise ConfigError("rule", f"unknown rule {rule!r}", f"use one of {', '.join(self.RULES)}")
@@ -56,17 +67,13 @@ class ModelAverage(Part):
         if weighting not in ("num_samples", "uniform"):
             raise ConfigError("weighting", f"unknown weighting {weighting!r}", "use num_samples or uniform")
         self.rule, self.weighting, self.server_lr = rule, weighting, float(server_lr)
-        if not self.server_lr >= 0:
-            raise ConfigError("server_lr", f"must be >= 0, got {server_lr}", "set server_lr=1.0 (plain averaging)")
         self.server_opt_factory, self.opt = server_opt, None
         if server_opt is not None:
             if not callable(server_opt):
                 raise ConfigError("server_opt", f"expected a server optimizer factory, got {type(server_opt).__name__}",
                                   "give a _target_ with _partial_: true (e.g. server_opt=adam), or null")
-            if self.server_lr != 1.0:
-                raise ConfigError("server_lr", f"{server_lr} with a server optimizer, whose lr is the server step",
-                                  "leave server_lr at 1.0 and set the server optimizer's lr")
-            try:  # check the optimizer's arguments now, at build time (it gets its tensors at setup)
+            try:  # the factory's arguments against their annotations now (it gets its tensors at setup)
+                check_call(server_opt, [])
                 server_opt([])
             except ConfigError as err:
                 raise ConfigError(f"server_opt.{err.key}", err.problem, err.fix) from None

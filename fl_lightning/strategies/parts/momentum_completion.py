@@ -44,8 +44,6 @@ class MomentumCompletion(Part):
                  momentum_of: str = "aggregation"):
         if scale not in self.SCALES:
             raise ConfigError("scale", f"unknown value {scale!r}", f"use one of {', '.join(self.SCALES)}")
-        if not 0 <= float(beta2) < 1:
-            raise ConfigError("beta2", f"must be in [0, 1), got {beta2}", "use e.g. 0.99 (FedSMU App. A)")
         self.g1, self.g2, self.beta2 = float(gamma1), float(gamma2), float(beta2)
         self.s = self.g1 if scale == "gamma1" else 1.0
         self.momentum_of = momentum_of

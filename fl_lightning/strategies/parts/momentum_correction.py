@@ -34,9 +34,12 @@ tensor on every client).
 """
 from __future__ import annotations
 
+from typing import Annotated
+
 import torch
 from torch import Tensor
 
+from ...config import Positive, Range
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
@@ -46,12 +49,9 @@ from .global_alignment import mean_probe_gradient
 class MomentumCorrection(Part):
     MOMENTA, INITS, PREV = ("direction", "control"), ("grad", "zero"), ("downlink", "client")
 
-    def __init__(self, beta: float = 0.1, lr: float = 1.0, control: bool = False, variance_reduction: bool = False,
+    def __init__(self, beta: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.1, lr: Positive = 1.0,
+                 control: bool = False, variance_reduction: bool = False,
                  normalize: bool = False, momentum: str = "direction", init: str = "grad", prev_model: str = "downlink"):
-        if not 0.0 < float(beta) <= 1.0:
-            raise ConfigError("beta", f"must be in (0, 1], got {beta}", "use 0.1 (the weight on the fresh gradient)")
-        if float(lr) <= 0:
-            raise ConfigError("lr", f"must be > 0, got {lr}", "set it to the local learning rate")
         for arg, value, allowed in (("momentum", momentum, self.MOMENTA), ("init", init, self.INITS),
                                     ("prev_model", prev_model, self.PREV)):
             if value not in allowed:

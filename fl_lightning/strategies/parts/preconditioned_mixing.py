@@ -18,6 +18,7 @@ the local optimizer's ``state: reset`` (the h of the finished round).
 """
 from __future__ import annotations
 
+from ...config import Positive
 from ...errors import ConfigError
 from ...optim.adapters import adapter_for
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
@@ -25,7 +26,7 @@ from ..records import Field, Record
 
 
 class PreconditionedMixing(Part):
-    def __init__(self, state_keys="theta", damping: float = 1e-8):
+    def __init__(self, state_keys="theta", damping: Positive = 1e-8):
         if not isinstance(state_keys, (str, list, tuple)) or isinstance(state_keys, str) and state_keys != "theta" or \
                 not state_keys:
             raise ConfigError("state_keys", f"expected 'theta' or a one-entry list, got {state_keys!r}",
@@ -33,8 +34,6 @@ class PreconditionedMixing(Part):
         if not isinstance(state_keys, str) and len(state_keys) != 1:
             raise ConfigError("state_keys", f"one diagonal preconditioner entry expected, got {list(state_keys)}",
                               "name one entry, e.g. [hessian]")
-        if not float(damping) > 0:
-            raise ConfigError("damping", f"must be > 0, got {damping}", "use e.g. 1e-8")
         self.state_keys, self.damping = state_keys, float(damping)
 
     def setup(self, server: ServerContext) -> None:

@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import ConfigError
 from ...config import NonNegative
 from ..base import ClientContext, Part
 
 
 class ProximalTerm(Part):
     def __init__(self, mu: NonNegative = 0.01):
-        if not float(mu) >= 0:
-            raise ConfigError("mu", f"must be >= 0, got {mu}", "use one of Li et al.'s values 0.001, 0.01, 0.1, 1")
         self.mu = float(mu)
 
     def client_start(self, client: ClientContext) -> None:

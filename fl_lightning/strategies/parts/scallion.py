@@ -43,9 +43,6 @@ class Scallion(Part):
         if alpha is None and not hasattr(codec, "omega"):
             raise ConfigError("alpha", f"not set and {type(codec).__name__} declares no variance omega(d)",
                               "set alpha in (0, 1]")
-        for name, v in (("lr", lr), ("server_lr", server_lr)) + ((("alpha", alpha),) if alpha is not None else ()):
-            if not float(v) > 0:
-                raise ConfigError(name, f"must be > 0, got {v}", "use a positive value")
         self.codec, self.lr, self.eta_g = codec, float(lr), float(server_lr)
         self.alpha = None if alpha is None else float(alpha)
         self.c: dict[str, Tensor] = {}

@@ -29,7 +29,6 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ...errors import ConfigError
 from ...config import Fraction, NonNegative, OneOf, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
@@ -39,14 +38,6 @@ from .global_alignment import mean_probe_gradient
 class SharedAdaptiveStorm(Part):
     def __init__(self, k: Positive = 2.0, omega: NonNegative = 8.0, c: NonNegative = 1.0, rho: Positive = 1e-2,
                  v_decay: Fraction = 0.99, init: Annotated[str, OneOf("grad", "zero")] = "grad"):
-        for arg, value in (("k", k), ("omega", omega), ("c", c), ("rho", rho)):
-            if float(value) < 0 or (arg in ("k", "rho") and float(value) == 0):
-                raise ConfigError(arg, f"must be {'> 0' if arg in ('k', 'rho') else '>= 0'}, got {value}",
-                                  "see conf/method/fafed.yaml for the defaults")
-        if not 0.0 <= float(v_decay) < 1.0:
-            raise ConfigError("v_decay", f"must be in [0, 1), got {v_decay}", "use 0.99")
-        if init not in ("grad", "zero"):
-            raise ConfigError("init", f"unknown value {init!r}", "use grad or zero")
         self.k, self.omega, self.c, self.rho, self.decay = float(k), float(omega), float(c), float(rho), float(v_decay)
         self.init = init
 

@@ -48,9 +48,6 @@ class SophiaHessian(Part):
         if counter not in self.COUNTERS:
             raise ConfigError("counter", f"unknown counter {counter!r}", f"use one of {', '.join(self.COUNTERS)}")
         self.counter = counter
-        for key, val in (("every", every), ("probes", probes)):
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ConfigError(key, f"expected a whole number >= 1, got {val!r}", f"set {key} to 1 or more")
         self.estimator, self.every, self.probes = estimator, every, probes
 
     class State(Record):

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fl_lightning.codecs import Dense, ErrorFeedback, LionMomentum, Quantize, ScaledSign, Sign, TopK
+from fl_lightning.config.args import checked
 from fl_lightning.errors import ConfigError
 from fl_lightning.strategies.base import MODEL_KEY, Msg, Part
 from tests.helpers.harness import FakeData, LossModule, MLP, build, method_config, mse, regression_batches, run
@@ -147,8 +148,10 @@ def test_every_codec_works_under_error_feedback(inner, bits):
 
 
 def test_codec_errors_name_their_argument():
+    """Ranges are the annotations' (checked with the config, or by ``checked`` in Python); other rules the
+    constructor's."""
     with pytest.raises(ConfigError, match="frac"):
-        TopK(0)
+        checked(TopK, 0)
     with pytest.raises(ConfigError, match="scale"):
         Sign("l2")
     with pytest.raises(ConfigError, match="inner"):
@@ -156,11 +159,11 @@ def test_codec_errors_name_their_argument():
     with pytest.raises(ConfigError, match="sign_zero"):
         Sign(sign_zero="-1")
     with pytest.raises(ConfigError, match="bits"):
-        Quantize(0)
+        checked(Quantize, 0)
     with pytest.raises(ConfigError, match="bits"):
-        Quantize(1, grid="zero")
+        checked(Quantize, 1, grid="zero")
     with pytest.raises(ConfigError, match="beta2"):
-        LionMomentum(beta2=1.0)
+        checked(LionMomentum, beta2=1.0)
 
 
 def test_one_bit_momentum_upload_costs_one_bit_per_coordinate_through_the_loop(tmp_path):

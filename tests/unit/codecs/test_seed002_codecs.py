@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from fl_lightning.codecs import HeavySign, RandK, ScaledSign, SignSteps, TopK
+from fl_lightning.config.args import checked
 from fl_lightning.errors import ConfigError
 
 V = torch.tensor([0.5, -2.0, 0.0, 3.0, -0.25, 1.0, 0.75, -1.5])
@@ -28,7 +29,7 @@ def test_randk_is_unbiased_and_reproducible():
     with pytest.raises(ValueError):
         c.encode(V)  # no generator
     with pytest.raises(ConfigError):
-        RandK(0.0)
+        checked(RandK, 0.0)
 
 
 def test_heavy_sign_is_neither_topk_nor_scaled_sign():

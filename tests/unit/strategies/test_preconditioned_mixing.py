@@ -3,6 +3,7 @@ the client's final Sophia Hessian EMA; written out here from the clients' final 
 import pytest
 import torch
 
+from fl_lightning.config.args import checked
 from fl_lightning.errors import ConfigError
 from fl_lightning.strategies.base import Part
 from fl_lightning.strategies.parts import PreconditionedMixing
@@ -58,6 +59,6 @@ def test_fedpm_mixes_by_the_clients_curvature(tmp_path, damping):
 
 def test_bad_values_are_config_errors():
     with pytest.raises(ConfigError, match="damping"):
-        PreconditionedMixing(damping=0)
+        checked(PreconditionedMixing, damping=0)
     with pytest.raises(ConfigError, match="state_keys"):
         PreconditionedMixing(state_keys=["a", "b"])

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from fl_lightning.config.args import checked
 from fl_lightning.errors import ConfigError
 from fl_lightning.server_opt import (AMSGrad, Adam, Lion, Momentum, SGD, Yogi, adam_update, amsgrad_update,
                                      momentum_update)
@@ -298,8 +299,10 @@ def test_state_is_fp32_for_half_precision_weights():
     (Lion, dict(weight_decay=-1.0), "weight_decay"), (Adam, dict(bias_correction="yes"), "bias_correction"),
 ])
 def test_bad_values_name_the_relative_argument(cls, kwargs, key):
+    """Ranges are the annotations' (checked with the config, or by ``checked`` in Python); other rules the
+    constructor's."""
     with pytest.raises(ConfigError) as err:
-        cls([], **kwargs)
+        checked(cls, [], **kwargs)
     assert err.value.key == key
 
 
@@ -308,7 +311,7 @@ def test_model_average_qualifies_the_server_opt_argument():
         ModelAverage(server_opt=functools.partial(Adam, beta2=1.0))
     assert err.value.key == "server_opt.beta2"
     with pytest.raises(ConfigError) as err:
-        ModelAverage(server_lr=0.5, server_opt=functools.partial(SGD, lr=0.5))
+        checked(ModelAverage, server_lr=0.5, server_opt=functools.partial(SGD, lr=0.5))
     assert err.value.key == "server_lr"
     with pytest.raises(ConfigError) as err:
         ModelAverage(server_opt={"lr": 1.0})

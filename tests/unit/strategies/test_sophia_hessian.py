@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch import nn
 
+from fl_lightning.config.args import checked
 from fl_lightning.errors import ConfigError
 from fl_lightning.strategies.base import Part
 from fl_lightning.strategies.parts import SophiaHessian
@@ -118,7 +119,7 @@ def test_config_errors():
     with pytest.raises(ConfigError, match="estimator"):
         SophiaHessian("fisher")
     with pytest.raises(ConfigError, match="every"):
-        SophiaHessian(every=0)
+        checked(SophiaHessian, every=0)
 
 
 def test_a_non_sophia_optimizer_is_one_line(tmp_path):
