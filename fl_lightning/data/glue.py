@@ -84,7 +84,7 @@ def read_tsv(path: str, header: bool, cols: tuple, label_col, labels: tuple[str,
 
 def glue(task: Annotated[str, OneOf(*TASKS, *ALIASES, *map(str.upper, TASKS))] = "rte", root: str = "data/glue",
          tokenizer_path: str | None = None,
-         max_length: Annotated[int | str, Range(1, 1 << 16, words=("auto",))] = "auto", cache_dir: str | None = "auto",
+         max_length: Annotated[int | str, Range(8, 1 << 16, words=("auto",))] = "auto", cache_dir: str | None = "auto",
          hub_offline: bool = True, max_train: Annotated[int, Range(1, 1 << 40)] | None = None
          ) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, validation, info) of one GLUE task (see the module docstring). ``max_train``: keep only the first
@@ -93,14 +93,7 @@ def glue(task: Annotated[str, OneOf(*TASKS, *ALIASES, *map(str.upper, TASKS))] =
     if key not in TASKS:
         raise ConfigError("task", f"unknown GLUE task {task!r}", f"use one of {', '.join(TASKS)}")
     folder, test_file, header, c1, c2, lab, labels, metrics = TASKS[key]
-    if max_length == "auto":
-        max_length = PAIR_MAX if c2 is not None else SINGLE_MAX
-    try:
-        max_length = int(max_length)
-    except (TypeError, ValueError):
-        max_length = 0
-    if max_length < 8:
-        raise ConfigError("max_length", "must be an integer >= 8 or auto", "use auto (128 for pairs, 64 for single sentences)")
+    max_length = (PAIR_MAX if c2 is not None else SINGLE_MAX) if max_length == "auto" else int(max_length)
     base = os.path.join(os.path.expanduser(str(root)), folder)
     if not os.path.isdir(base):
         raise ConfigError("root", f"no {folder}/ directory under {os.path.abspath(os.path.expanduser(str(root)))}",

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from ..config import NonNegative, OneOf, Positive, Range
+from ..config import NonNegative, OneOf, Positive, Range, Validate
 from .info import DataInfo
 from .tensors import TensorSet
 
@@ -65,25 +65,19 @@ class MatrixNoise:
 MAX_ENTRIES = 1 << 27  # m·n·K float64 numbers (1 GiB): bounds the offsets before they are drawn
 
 
-def _check(m, n, num_clients, lipschitz, kappa, delta, sigma, noise, nu) -> None:
-    for key, value in (("m", m), ("n", n), ("num_clients", num_clients)):
-        if value is None or int(value) < 1:
-            raise ConfigError(key, f"must be a positive integer, got {value}", "e.g. data.m=64 data.n=32 fl.num_clients=4")
-    for key, value, ok, rule, default in (("L", lipschitz, lipschitz > 0, "> 0", 1),
-                                          ("kappa", kappa, kappa >= 1, ">= 1", 10),
-                                          ("delta", delta, delta >= 0, ">= 0", 1),
-                                          ("sigma", sigma, sigma >= 0, ">= 0", 1)):
-        if not ok:
-            raise ConfigError(key, f"must be {rule}, got {value}", f"e.g. data.{key}={default} (the default)")
-    if int(m) * int(n) * max(int(num_clients), 2) > MAX_ENTRIES:  # the offsets E_k: (K, m, n) float64, and A
-        total = int(m) * int(n) * int(num_clients)
-        raise ConfigError("m", f"{m}x{n} matrices for {num_clients} clients hold {total:,} numbers (at most "
-                          f"{MAX_ENTRIES:,})", "lower data.m / data.n or fl.num_clients")
-    if noise not in ("gaussian", "student_t"):
-        raise ConfigError("noise", f"must be gaussian or student_t, got {noise!r}", "data.noise=student_t data.nu=2")
-    if noise == "student_t" and not (nu is not None and float(nu) > 1):
-        raise ConfigError("nu", f"must be > 1 for student_t noise (E|Z| is infinite otherwise), got {nu}",
-                          "e.g. data.nu=1.5, 2 or 3")
+def _check_size(m: int, n: int, num_clients: int) -> None:
+    if m * n * max(num_clients, 2) > MAX_ENTRIES:  # the offsets E_k: (K, m, n) float64, and A
+        raise ConfigError("m", f"{m}x{n} matrices for {num_clients} clients hold {m * n * num_clients:,} numbers (at "
+                          f"most {MAX_ENTRIES:,})", "lower data.m / data.n or fl.num_clients")
+
+
+def student_t_nu(noise, nu) -> bool:
+    """Student-t noise needs its degrees of freedom nu (> 1 by its Range: E|Z| is infinite otherwise)."""
+    return noise != "student_t" or nu is not None
+
+
+Nu = Annotated[float, Range(1.0, open_low=True), Validate(student_t_nu, "must be > 1 for student_t noise (E|Z| is "
+                                                          "infinite otherwise), got {nu}", "e.g. data.nu=1.5, 2 or 3")]
 
 
 def _offsets(num_clients: int, m: int, n: int, g: torch.Generator) -> Tensor:
@@ -100,13 +94,11 @@ def matrix_quadratic(num_clients: Annotated[int, Range(1, 1 << 20)], m: Annotate
                      n: Annotated[int, Range(1, 1 << 12)] = 32, L: Positive = 1.0,
                      kappa: Annotated[float, Range(1.0)] = 10.0, delta: NonNegative = 1.0, sigma: NonNegative = 1.0,
                      noise: Annotated[str, OneOf("gaussian", "student_t")] = "gaussian",
-                     nu: Annotated[float, Range(1.0, open_low=True)] | None = None,
+                     nu: Nu | None = None,
                      problem_seed: Annotated[int, Range(0, 2**32 - 1)] = 0) -> tuple[TensorSet, TensorSet, DataInfo]:
     """(train, test, info) of the quadratic testbed above; ``info.input_shape = (m, n)``, the shape of X."""
-    _check(m, n, num_clients, float(L), float(kappa), float(delta), float(sigma), noise, nu)
     k, m, n = int(num_clients), int(m), int(n)
-    if int(problem_seed) < 0:
-        raise ConfigError("problem_seed", f"must be >= 0, got {problem_seed}", "e.g. data.problem_seed=0 (the default)")
+    _check_size(m, n, k)
     g = torch.Generator().manual_seed(int(problem_seed))
     q, _ = torch.linalg.qr(torch.randn(m, m, generator=g, dtype=torch.float64))
     eig = float(L) / float(kappa) ** torch.linspace(1.0, 0.0, m, dtype=torch.float64)  # of AᵀA, in [L/kappa, L]

@@ -78,10 +78,6 @@ def sentiment140(root: str = "data/sentiment140", fraction: Annotated[float, Ran
     for ``data/partition=natural``: client = user, ``fl.num_clients=auto``; see the module docstring); ``info.vocab_size`` includes the
     padding and unknown ids; ``info.tokenizer_path`` is the vocabulary as a text file (one word per line, line i =
     id i), written under ``cache_dir`` (a temporary folder when null), which the RNN reads to look up GloVe vectors."""
-    if not 0 < float(fraction) <= 1:
-        raise ConfigError("fraction", f"must be in (0, 1], got {fraction}", "use 0.01 (the paper's 1 %)")
-    if int(max_length) < 1 or int(min_count) < 1:
-        raise ConfigError("max_length", "max_length and min_count must be >= 1", "use max_length 64, min_count 2")
     root = os.path.expanduser(str(root))
     pol, users, texts = read_csv(os.path.join(root, TRAIN_FILE))
     keep = [i for i, p in enumerate(pol) if p != 2]

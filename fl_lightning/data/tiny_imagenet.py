@@ -62,16 +62,6 @@ def _read_images(paths: list[str], size: int) -> np.ndarray:
     return out
 
 
-def _side(image_size) -> int:
-    try:
-        size = int(image_size)
-    except (TypeError, ValueError):
-        size = 0
-    if size < 1 or isinstance(image_size, bool) or size != image_size:
-        raise ConfigError("image_size", f"must be a positive integer, got {image_size!r}", "use 64 (the official size)")
-    return size
-
-
 def tiny_imagenet(root: str, augment: bool | None = None, normalize: Normalize = "dataset",
                   image_size: Annotated[int, Range(1, 1 << 12)] = 64, fake: bool = False):
     """(train, test, info) from the folder layout above; ``image_size`` is the side every image must have (64);
@@ -79,7 +69,7 @@ def tiny_imagenet(root: str, augment: bool | None = None, normalize: Normalize =
     check_augment(augment)
     check_fake(fake)
     mean, std = mean_std(normalize, MEAN_STD)
-    size = _side(image_size)
+    size = int(image_size)
     aug = True if augment is None else augment
 
     def to_set(x: np.ndarray, labels, a: bool) -> TensorSet:

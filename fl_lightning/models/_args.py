@@ -5,7 +5,7 @@ from typing import Annotated
 
 from ..data.info import DataInfo
 from ..errors import ConfigError
-from ..config import Fraction, Range
+from ..config import Fraction, Range, Validate
 
 # the bounds network builders declare (checked before anything is built, see fl_lightning.config.args.check_targets): a
 # huge width or depth is one line naming the key, never an allocation
@@ -14,6 +14,15 @@ Widths = Annotated[list[int], Range(1, 1 << 16)]
 Depth = Annotated[int, Range(1, 1024)]  # layers, blocks, heads
 Depths = Annotated[list[int], Range(1, 1024)]
 Dropout = Fraction
+
+
+def mlp_hidden(embed_dim, mlp_ratio) -> bool:
+    """A transformer's MLP keeps at least one unit: int(embed_dim · mlp_ratio) >= 1 (a rule tying two arguments)."""
+    return int(int(embed_dim) * float(mlp_ratio)) >= 1
+
+
+MlpRatio = Annotated[float, Range(0.0, 64.0, open_low=True),
+                     Validate(mlp_hidden, "gives an MLP of int({embed_dim} x {mlp_ratio}) = 0 units", "use 4")]
 
 
 def positive_ints(value, arg: str, count: int | None = None, example: str = "") -> tuple[int, ...]:
@@ -41,43 +50,20 @@ def image_shape(info: DataInfo, model: str, min_side: int = 1, square: bool = Tr
 
 
 def lora_args(r, alpha, dropout, targets, default_targets) -> tuple[int, float, float, list[str]]:
-    """LoRA's rank, alpha, dropout and target modules, checked: (r >= 1, alpha > 0, dropout in [0, 1), a non-empty
-    list of module names); ``default_targets`` is named in the fix."""
+    """LoRA's rank, alpha, dropout and target modules (their ranges: the builders' annotations), with a non-empty
+    list of module names; ``default_targets`` is named in the fix."""
     (r,) = positive_ints(r, "lora_r", 1, "16")
-    try:
-        alpha = float(alpha)
-    except (TypeError, ValueError):
-        alpha = -1.0
-    if alpha <= 0:
-        raise ConfigError("lora_alpha", "must be > 0", "use 32 (2 r)")
     targets = [targets] if isinstance(targets, str) else list(targets or [])
     if not targets:
         raise ConfigError("lora_targets", "is empty", f"use {list(default_targets)}")
-    return r, alpha, fraction(dropout, "lora_dropout", "use 0.05"), targets
+    return r, float(alpha), float(dropout), targets
 
 
 def attention_dims(embed_dim: int, num_heads: int, mlp_ratio, heads_fix: str) -> float:
-    """A transformer's heads must divide ``embed_dim``; ``mlp_ratio`` must be a number > 0 (returned as a float)."""
+    """A transformer's heads must divide ``embed_dim``; ``mlp_ratio`` (:data:`MlpRatio`) returned as a float."""
     if embed_dim % num_heads:
         raise ConfigError("num_heads", f"{num_heads} heads do not divide embed_dim {embed_dim}", heads_fix)
-    try:
-        mlp_ratio = float(mlp_ratio)
-    except (TypeError, ValueError):
-        mlp_ratio = -1.0
-    if mlp_ratio <= 0 or int(embed_dim * mlp_ratio) < 1:
-        raise ConfigError("mlp_ratio", f"must be > 0, got {mlp_ratio!r}", "use 4")
-    return mlp_ratio
-
-
-def fraction(value, arg: str, fix: str = "use 0.0 (seed 004) or 0.1 (seed 001)") -> float:
-    """A probability in [0, 1) (dropout rates), or a one-line error naming ``arg``."""
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = float("nan")
-    if not 0.0 <= v < 1.0 or isinstance(value, bool):
-        raise ConfigError(arg, f"must be a probability in [0, 1), got {value!r}", fix)
-    return v
+    return float(mlp_ratio)
 
 
 def choice(value, arg: str, allowed: tuple[str, ...]) -> str:

@@ -30,7 +30,7 @@ from ..data.info import DataInfo
 from ..data.text import hf_offline, no_hf_progress_bars
 from ..errors import ConfigError
 from ..config import Positive, Range
-from ._args import Dropout, fraction, lora_args
+from ._args import Dropout, lora_args
 
 LORA_TARGETS = ("query", "key", "value", "dense")
 WEIGHTS_HINT = ("put a save_pretrained directory of roberta-base there (config.json, model.safetensors and the "
@@ -117,7 +117,7 @@ def roberta_lora(info: DataInfo, pretrained_path: str | None = None, hub_offline
                           f"{path} only {model.config.vocab_size} embeddings",
                           "tokenize with the model's own tokenizer (data.tokenizer_path = the model's directory)")
     if dropout is not None:
-        p = fraction(dropout, "dropout", "use 0.1 (RoBERTa's) or null")
+        p = float(dropout)
         for m in model.modules():
             if isinstance(m, nn.Dropout):
                 m.p = p

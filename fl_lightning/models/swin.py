@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from ..data.info import DataInfo
 from ..errors import ConfigError
 from ..config import OneOf, Positive, Range
-from ._args import Depths, Dropout, Width, choice, fraction, image_shape, lora_args, positive_ints
+from ._args import Depths, Dropout, Width, choice, image_shape, lora_args, positive_ints
 
 RESIZES = ("bilinear", "resize_crop")
 WEIGHTS_HINT = ("swin_tiny_patch4_window7_224.pth from github.com/microsoft/Swin-Transformer (release v1.0.0) or "
@@ -148,13 +148,7 @@ def swin(info: DataInfo, embed_dim: Width = 96, depths: Annotated[list[int], Ran
                           f"{len(depths) - 1} patch mergings cannot halve evenly",
                           f"use an img_size divisible by {p * 2 ** (len(depths) - 1)} (224 for Swin-T)")
     resize = choice(resize, "resize", RESIZES)
-    drop_path = fraction(drop_path, "drop_path", "use 0.1 (Swin-T's)")
-    try:
-        mlp_ratio = float(mlp_ratio)
-    except (TypeError, ValueError):
-        mlp_ratio = -1.0
-    if mlp_ratio <= 0:
-        raise ConfigError("mlp_ratio", f"must be > 0, got {mlp_ratio!r}", "use 4")
+    drop_path, mlp_ratio = float(drop_path), float(mlp_ratio)
     if not isinstance(lora, bool):
         raise ConfigError("lora", f"must be true or false, got {lora!r}", "use false (full fine-tuning) or true")
 

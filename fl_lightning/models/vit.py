@@ -31,7 +31,7 @@ from torch import nn
 from ..data.info import DataInfo
 from ..errors import ConfigError
 from ..config import OneOf, Range
-from ._args import Depth, Dropout, Width, attention_dims, choice, fraction, image_shape, positive_ints
+from ._args import Depth, Dropout, MlpRatio, Width, attention_dims, choice, image_shape, positive_ints
 
 POS_EMBEDS = ("learn", "sincos")
 INITS = ("trunc_normal", "xavier")
@@ -66,7 +66,7 @@ def sincos_table(tokens: int, dim: int) -> torch.Tensor:
 
 def vit_tiny(info: DataInfo, patch_size: Annotated[int | str, Range(1, 1 << 10, words=("auto",))] = "auto",
              depth: Depth = 6, embed_dim: Width = 192, num_heads: Depth = 3,
-             mlp_ratio: Annotated[float, Range(0.0, 64.0, open_low=True)] = 4.0,
+             mlp_ratio: MlpRatio = 4.0,
              pos_embed: Annotated[str, OneOf(*POS_EMBEDS)] = "learn",
              init: Annotated[str, OneOf(*INITS)] = "trunc_normal",
              dropout: Dropout = 0.0) -> nn.Module:
@@ -81,7 +81,7 @@ def vit_tiny(info: DataInfo, patch_size: Annotated[int | str, Range(1, 1 << 10, 
     (num_heads,) = positive_ints(num_heads, "num_heads", 1, "3")
     mlp_ratio = attention_dims(embed_dim, num_heads, mlp_ratio, "use 3 with 192")
     pos_embed, init = choice(pos_embed, "pos_embed", POS_EMBEDS), choice(init, "init", INITS)
-    drop = fraction(dropout, "dropout")
+    drop = float(dropout)
 
     net = VisionTransformer(
         img_size=(h, w), patch_size=p, in_chans=c, num_classes=info.num_classes, embed_dim=embed_dim, depth=depth,

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from ..data.info import DataInfo
 from ..errors import ConfigError
 from ..config import Range
-from ._args import Depth, Dropout, Width, attention_dims, fraction, image_shape, positive_ints
+from ._args import Depth, Dropout, MlpRatio, Width, attention_dims, image_shape, positive_ints
 
 VARIANT = "vit_base_patch16_224.orig_in21k"
 HUB_FILES = ("model.safetensors", "pytorch_model.bin")   # what a timm hub snapshot folder holds
@@ -125,7 +125,7 @@ def load_pretrained(vit: nn.Module, path: str) -> None:
 
 
 def vit_base(info: DataInfo, patch_size: Annotated[int, Range(1, 1 << 10)] = 16, embed_dim: Width = 768,
-             depth: Depth = 12, num_heads: Depth = 12, mlp_ratio: Annotated[float, Range(0.0, 64.0, open_low=True)] = 4.0,
+             depth: Depth = 12, num_heads: Depth = 12, mlp_ratio: MlpRatio = 4.0,
              img_size: Annotated[int | str, Range(1, 1 << 13, words=("auto",))] = 224,
              drop_path: Dropout = 0.0, dropout: Dropout = 0.0, pretrained_path: str | None = None) -> ResizedViT:
     """ViT-B/16 for ``info``'s images, resized to ``img_size`` (``auto``: the data's side), with the weights at
@@ -144,8 +144,7 @@ def vit_base(info: DataInfo, patch_size: Annotated[int, Range(1, 1 << 10)] = 16,
     (depth,) = positive_ints(depth, "depth", 1, "12")
     (num_heads,) = positive_ints(num_heads, "num_heads", 1, "12")
     mlp_ratio = attention_dims(embed_dim, num_heads, mlp_ratio, "use 12 with 768")
-    drop_path = fraction(drop_path, "drop_path", "use 0.0 (timm's ViT-B/16)")
-    drop = fraction(dropout, "dropout", "use 0.0 (timm's ViT-B/16)")
+    drop_path, drop = float(drop_path), float(dropout)
 
     net = VisionTransformer(img_size=size, patch_size=p, in_chans=c, num_classes=info.num_classes,
                             embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, qkv_bias=True,

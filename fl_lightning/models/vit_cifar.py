@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ..data.info import DataInfo
 from ..config import Range
-from ._args import Depth, Dropout, Width, fraction, image_shape, positive_ints
+from ._args import Depth, Dropout, Width, image_shape, positive_ints
 from .vit import resolve_patch
 
 
@@ -84,5 +84,4 @@ def vit_cifar(info: DataInfo, patch_size: Annotated[int | str, Range(1, 1 << 10,
     vals = {k: positive_ints(v, k, 1, str(d))[0] for k, v, d in
             (("dim", dim, 512), ("depth", depth, 6), ("heads", heads, 8), ("dim_head", dim_head, 64), ("mlp_dim", mlp_dim, 512))}
     return ViTCifar(c, info.num_classes, (h, w), p, vals["dim"], vals["depth"], vals["heads"], vals["dim_head"],
-                    vals["mlp_dim"], fraction(dropout, "dropout", "use 0.1 (the paper's)"),
-                    fraction(emb_dropout, "emb_dropout", "use 0.1 (the paper's)"))
+                    vals["mlp_dim"], float(dropout), float(emb_dropout))

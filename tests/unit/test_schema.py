@@ -106,6 +106,49 @@ def test_keys_listing_is_generated_from_the_schema():
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 
 
+def test_schema_fields_and_arguments_share_one_range_vocabulary():
+    """A schema field states its type and range as a constructor argument does, ``Annotated[T, Range(...)]`` /
+    ``OneOf``, read by the same function (config.ranges.hint_meta, from typing.get_type_hints: no annotation text
+    parsed); OmegaConf types the plain field; Path / Table / IntOrWord are told apart by their Kind."""
+    import dataclasses
+    import typing
+
+    from omegaconf import OmegaConf
+
+    from fl_lightning.config import schema
+    from fl_lightning.config.ranges import OneOf, Range, hint_meta
+
+    for cls in (*schema.GROUPS.values(), schema.Root, schema.DataKeys, schema.MethodKeys):
+        hints = typing.get_type_hints(cls, include_extras=True)
+        for f in dataclasses.fields(cls):
+            if f.metadata:
+                read = {k: v for k, v in hint_meta(hints[f.name], f.default, True).items() if k != "example"}
+                assert {k: f.metadata[k] for k in read} == read, (cls.__name__, f.name)
+    fl = typing.get_type_hints(schema.FL, include_extras=True)
+    assert Range(1, 10**9) in typing.get_args(fl["rounds"]) and OneOf("constant", "cosine") in typing.get_args(
+        fl["lr_schedule"])
+    assert OmegaConf.get_type(OmegaConf.structured(schema.FL), "rounds") is int
+    keys = all_keys()
+    assert (keys["fl.num_clients"].metadata["kind"], keys["fl.num_clients"].metadata["words"]) == ("int", ("auto",))
+    assert keys["store.offload_dir"].metadata["kind"] == "path" and keys["paper"].metadata["kind"] == "table"
+    assert not hasattr(schema, "_KINDS")
+
+
+def test_a_named_validator_is_one_line_with_its_message():
+    """A rule tying two arguments (BiClip's lower <= upper, FedAdam's tau = 0 with v starting at 0) is a named
+    Validate next to the annotation, checked with the config like a Range."""
+    from fl_lightning.config import check_targets
+
+    for overrides, key, text in [
+            (["method=adam_biclip", "method.biclip_lower=2"], "method.biclip_lower (via method.parts.clip.lower)",
+             "need 0 <= lower <= upper, got lower=2, upper=1.0"),
+            (["method=fedadam", "method.server_tau=0"], "method.server_tau (via method.parts.aggregation.server_opt.tau)",
+             "tau = 0 with v starting at 0 divides by zero")]:
+        with pytest.raises(ConfigError) as err:
+            check_targets(make_cfg(overrides))
+        assert err.value.key == key and err.value.problem == text and "\n" not in str(err.value), str(err.value)
+
+
 def test_the_schema_imports_no_torch():
     code = "import sys, fl_lightning.config.schema, fl_lightning.cli, fl_lightning.config.keys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)

@@ -12,18 +12,18 @@ from tests.helpers.cli import cli_in_process
 
 USER_MODULE = textwrap.dedent('''
     """A user's own model, dataset and partitioner."""
+    from typing import Annotated
+
     import numpy as np
     import torch
     from torch import nn
 
+    from fl_lightning.config import Range
     from fl_lightning.data import DataInfo, TensorSet
-    from fl_lightning.errors import ConfigError
     from fl_lightning.models import ClassifierModule
 
 
-    def two_layer(info, hidden=16):
-        if hidden < 1:
-            raise ConfigError("hidden", f"must be >= 1, got {hidden}", "use e.g. 16")
+    def two_layer(info, hidden: Annotated[int, Range(1)] = 16):  # hidden=0: one line naming the key
         d = int(np.prod(info.input_shape))
         net = nn.Sequential(nn.Flatten(), nn.Linear(d, hidden), nn.ReLU(), nn.Linear(hidden, info.num_classes))
         return ClassifierModule(net, info)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from fl_lightning.config.args import checked
 from fl_lightning.data import build_federated_data
 from fl_lightning.data.info import DataInfo
 from fl_lightning.data.matrix_quadratic import MatrixNoise, matrix_quadratic, student_t_scale
@@ -99,8 +100,9 @@ def test_student_t_scale_and_tails():
                                      ({"sigma": -1.0}, "sigma"), ({"L": 0.0}, "L"),
                                      ({"problem_seed": -1}, "problem_seed")])
 def test_bad_settings_name_the_key(kw, key):
+    """The ranges are the builder's annotations (checked with the config; ``checked`` in Python)."""
     with pytest.raises(ConfigError) as err:
-        matrix_quadratic(K, **kw)
+        checked(matrix_quadratic, K, **kw)
     assert err.value.key == key
 
 

@@ -4,8 +4,9 @@ import hashlib
 import numpy as np
 import pytest
 
+from fl_lightning.config import check_targets
 from fl_lightning.config.compose import instantiate
-from fl_lightning.data import PARTITION_SEED, build_federated_data
+from fl_lightning.data import FEDERATION_KEYS, PARTITION_SEED, build_federated_data
 from fl_lightning.data import partition as P
 from fl_lightning.errors import ConfigError
 from tests.conftest import make_cfg
@@ -14,7 +15,9 @@ LABELS = np.repeat(np.arange(10), 50)  # 500 examples, 10 classes
 
 
 def part(group: str, *overrides: str, labels=LABELS, n: int = 10, seed: int = 3):
+    """The partition as a run builds it: the config check (ranges from the annotations), then the partitioner."""
     cfg = make_cfg([f"data/partition={group}", *overrides], "unused")
+    check_targets(cfg, groups=("data",), drop={"data": FEDERATION_KEYS})
     return instantiate(cfg.data.partition, "data.partition", labels=labels, num_clients=n,
                        rng=np.random.default_rng([seed, PARTITION_SEED]))
 
