@@ -213,24 +213,33 @@ def check_arguments(info, target: str, sub: Mapping, key: str, root=None, skip=(
 
 def _check_rules(sig, hints: Mapping, sub: Mapping, key: str, root) -> None:
     """The :class:`~fl_lightning.config.ranges.Validate` rules of the arguments, on their configured values (else
-    their defaults); a rule none of whose arguments the node sets is the constructor's own default, not checked."""
+    their defaults); a rule none of whose arguments the node sets is the constructor's own default, not checked. A
+    rule carried by several arguments' annotations (``lower <= upper`` on both) names the one moved from its
+    default (else the first); a rule carried by one argument names that one."""
+    rules: dict = {}  # rule -> (its Validate, the arguments whose annotation carries it)
     for arg, p in sig.parameters.items():
         meta = hint_meta(hints.get(arg), None if p.default is p.empty else p.default, p.default is not p.empty)
         for v in meta["validators"] if meta else ():
-            names = list(inspect.signature(v.rule).parameters)
-            if not any(n in sub for n in names):
-                continue
-            values = {}
-            for n in names:
-                q = sig.parameters.get(n)
-                if n in sub:
-                    values[n] = sub[n]
-                elif q is not None and q.default is not q.empty:
-                    values[n] = q.default
-            if len(values) < len(names) or v.rule(**values):
-                continue
-            err = qualify(ConfigError(f"{key}.{arg}" if key else arg, v.problem.format(**values), ""), "", root)
-            raise ConfigError(err.key, err.problem, v.fix.format(**values))
+            rules.setdefault(v.rule, (v, []))[1].append(arg)
+    for v, carriers in rules.values():
+        names = list(inspect.signature(v.rule).parameters)
+        if not any(n in sub for n in names):
+            continue
+        values, defaults = {}, {}
+        for n in names:
+            q = sig.parameters.get(n)
+            if q is not None and q.default is not q.empty:
+                defaults[n] = q.default
+            if n in sub:
+                values[n] = sub[n]
+            elif n in defaults:
+                values[n] = defaults[n]
+        if len(values) < len(names) or v.rule(**values):
+            continue
+        moved = [a for a in carriers if a in values and (a not in defaults or values[a] != defaults[a])]
+        blame = moved[0] if len(carriers) > 1 and moved else carriers[0]
+        err = qualify(ConfigError(f"{key}.{blame}" if key else blame, v.problem.format(**values), ""), "", root)
+        raise ConfigError(err.key, err.problem, v.fix.format(**values))
 
 
 def check_call(obj, *args, **kwargs) -> None:

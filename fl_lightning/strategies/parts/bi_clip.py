@@ -19,21 +19,23 @@ from typing import Annotated
 
 import torch
 
-from ...config import NonNegative, Range, Validate
+from ...config import Range, Validate
 from ..base import ClientContext, Part
 
 
 def lower_below_upper(lower, upper) -> bool:
-    """The lower threshold d may not exceed the upper one u (a rule tying two arguments)."""
+    """The lower threshold d may not exceed the upper one u (a rule tying two arguments: on both, so the refusal
+    names the one set away from its default)."""
     return float(lower) <= float(upper)
 
 
-Lower = Annotated[float, Range(0.0), Validate(lower_below_upper, "need 0 <= lower <= upper, got lower={lower}, "
-                                              "upper={upper}", "set lower below upper (e.g. lower=1e-4 upper=1)")]
+ORDERED = Validate(lower_below_upper, "need 0 <= lower <= upper, got lower={lower}, upper={upper}",
+                   "set lower below upper (e.g. lower=1e-4 upper=1)")
+Threshold = Annotated[float, Range(0.0), ORDERED]
 
 
 class BiClip(Part):
-    def __init__(self, lower: Lower = 1e-4, upper: NonNegative = 1.0,
+    def __init__(self, lower: Threshold = 1e-4, upper: Threshold = 1.0,
                  lower_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0,
                  upper_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0):
         self.d, self.u = float(lower), float(upper)
