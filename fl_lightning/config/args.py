@@ -2,9 +2,9 @@
 
 :func:`check_targets` walks the composed config's groups: every key of a ``_target_`` node must be an argument of its
 target, and a value must fit the argument's annotation and its :mod:`~fl_lightning.config.ranges` vocabulary (``Range``,
-``OneOf``), each failure one line naming the full key and the fix; then the method's parts and the groups' labels
-(:mod:`fl_lightning.config.groups`). An annotation is read by :func:`~fl_lightning.config.ranges.hint_meta`, the one
-function that reads the schema's fields too.
+``OneOf``, a named ``Validate``), each failure one line naming the full key and the fix; then the method's parts and
+the groups' labels (:mod:`fl_lightning.config.groups`). An annotation is read by
+:func:`~fl_lightning.config.ranges.hint_meta`, the one function that reads the schema's fields too.
 """
 from __future__ import annotations
 
@@ -268,8 +268,8 @@ def check_targets(cfg: DictConfig, groups: tuple[str, ...] = TARGET_GROUPS,
     """Every ``_target_`` node's keys against its constructor, before anything is built: a ``_target_`` that does not
     import, a key that is not an argument (unless it takes ``**kwargs``), and a value of the wrong type or out of the
     range its signature declares (plain hints int, float, bool, str, lists of them, and ``typing.Annotated`` markers
-    :class:`~fl_lightning.config.ranges.Range` / :class:`~fl_lightning.config.ranges.OneOf`; :data:`EXTERNAL_HINTS` for torch's
-    optimizers). One :class:`ConfigError` naming the full key (and the key the user typed when the value was
+    :class:`~fl_lightning.config.ranges.Range` / :class:`~fl_lightning.config.ranges.OneOf` /
+    :class:`~fl_lightning.config.ranges.Validate`; :data:`EXTERNAL_HINTS` for torch's optimizers). One :class:`ConfigError` naming the full key (and the key the user typed when the value was
     interpolated), whose fix names a valid value for that key. ``drop``: keys of a node (by its full key) that the
     builder consumes before calling the target (``data``'s batch sizes and partition). Then the nodes under
     ``method.parts`` (:func:`check_parts`) and the groups' labels (:func:`check_labels`)."""

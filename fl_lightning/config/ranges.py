@@ -99,10 +99,10 @@ def hint_meta(hint, default=None, has_default: bool = False) -> dict | None:
     :class:`Validate` rules (``validators``); for a list, ``items`` (the metadata of one item), ``length`` (a
     ``tuple[float, float]``'s 2) and ``scalar`` (``int | list[int]``: one value accepted too). None for a hint it
     does not understand (its constructor checks it)."""
-    rng, choices, validators, kind = None, (), [], None
+    rng, choices, validators = None, (), []
 
     def unwrap(h):  # Annotated[X, Range(...)] -> X, keeping the markers; X with a Kind -> the Kind
-        nonlocal rng, choices, kind
+        nonlocal rng, choices
         if typing.get_origin(h) is not typing.Annotated:
             return h
         h, *marks = typing.get_args(h)
