@@ -118,7 +118,8 @@ def test_a_compiled_run_resumed_is_bit_identical_to_it_uninterrupted(tmp_path):
 # on both models the optimizers' and the step's own state; on the CNN the causes that lie in a part or in the way
 # optimizer state is imported, whatever the model
 ONCE = [(m, model) for m in ["fedavg", "scaffold", "fedmuon", "fedpac_sophia", "fedpac_soap"] for model in ("cnn", "vit_tiny")]
-ONCE += [("fedavg_adam", "cnn"), ("fedlada", "cnn"), ("adam_biclip", "cnn"), ("fafed", "cnn")]
+ONCE += [("fedavg_adam", "cnn"), ("fedlada", "cnn"), ("adam_biclip", "cnn"), ("fafed", "cnn"), ("fedmuon_avg", "cnn")]
+VARIANTS = {"fedpac_sophia": 1, "fedmuon_avg": 1}  # recompiles in round 1: a refresh step; Alg. 1's last step (lr 0)
 
 
 @pytest.mark.parametrize("method,model", ONCE)
@@ -135,7 +136,8 @@ def test_the_step_frame_is_compiled_once_per_run(method, model, tmp_path):
     FedAvg-Adam's persistent state, FedLADA's averaged ``step``, a recompile per client from round 2 on before), and
     a part's per-round or per-step numbers are decided in ``before_step`` (BiClip's thresholds, guarded on
     ``client.round`` before; FAFED's 1 − α and η, 0-d tensors under compile: guarded on ``client.step`` and its
-    ``t0`` before, 2 recompiles in round 2)."""
+    ``t0`` before, 2 recompiles in round 2; FedMuon-avg's Alg. 1 last step, a flag instead of ``client.step ==
+    client.num_steps - 1``: 2 recompiles in round 1 before, and more under local epochs, one for each new K)."""
     extra = {"fedpac_sophia": ["method.parts.hessian.every=2"],
              "fedpac_soap": ["method.precondition_frequency=2"]}.get(method, [])
     over = [f"method={method}", f"model={model}", *BASE, *COSINE, *FP32_NS.get(method, []), *extra]
@@ -146,7 +148,7 @@ def test_the_step_frame_is_compiled_once_per_run(method, model, tmp_path):
     for r in range(1, 3):
         loop.run_round(r)
     assert first["compiled_graphs"] >= 1 and loop.client_step.counts() == first
-    assert first["recompiles"] == (1 if method == "fedpac_sophia" else 0), first  # SOAP: its branching steps eager
+    assert first["recompiles"] == VARIANTS.get(method, 0), first  # SOAP: its branching steps eager
     if method == "fedpac_sophia" and model == "vit_tiny":
         return  # equal on the CNN; on the ViT Sophia's clip(m / max(h, ε), ρ) makes ±ρ sign steps wherever the
         # curvature estimate is ~0, and their signs follow the float order (1.7e-3 relative after 3 rounds)

@@ -58,8 +58,15 @@ class MuonStepOrder(Part):
             for p in g["params"]:
                 opt.apply_direction(p, opt.momentum_buffer(p))  # X <- X - lr * Orth(M): Alg. 1 line 4, M as received
 
+    def before_step(self, client: ClientContext) -> None:
+        # whether this is the round's last step, decided outside the step: a compiled step reads one flag, not the
+        # step count and K (guards that fail at the next step, and for every other K: under local epochs per client)
+        slot = client.slot(self)
+        slot.last = self.order == "alg1" and client.step == client.num_steps - 1
+        slot.lrs = None  # the Muon groups' lrs while the last step runs with lr 0 (after_backward to after_step)
+
     def after_backward(self, client: ClientContext) -> None:
-        if self.order == "alg1" and client.step == client.num_steps - 1:
+        if client.slot(self).last:
             groups = self._muon_groups(client)
             client.slot(self).lrs = [g["lr"] for g in groups]
             for g in groups:
@@ -67,7 +74,7 @@ class MuonStepOrder(Part):
 
     def after_step(self, client: ClientContext) -> None:
         slot = client.slot(self)
-        lrs, slot.lrs = getattr(slot, "lrs", None), None
+        lrs, slot.lrs = slot.lrs, None
         if lrs is not None:
             for g, lr in zip(self._muon_groups(client), lrs):
                 g["lr"] = lr
