@@ -129,12 +129,13 @@ def _import_in_place(opt: torch.optim.Optimizer, sd: dict) -> bool:
                 writes.append((st, k, v))
             else:
                 return False
-    with torch.no_grad():
-        for st, k, v in writes:
-            if isinstance(v, Tensor):
-                st[k].copy_(v)
-            else:
-                st[k] = v
+    copies = [(st[k], v) for st, k, v in writes if isinstance(v, Tensor)]
+    if copies:
+        with torch.no_grad():
+            torch._foreach_copy_([d for d, _ in copies], [v for _, v in copies])  # one op per device and dtype
+    for st, k, v in writes:
+        if not isinstance(v, Tensor):
+            st[k] = v
     for group, saved in zip(opt.param_groups, sd["param_groups"]):
         group.update({k: v for k, v in saved.items() if k not in ("params", "param_names")})
     return True

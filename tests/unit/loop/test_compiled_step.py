@@ -97,6 +97,65 @@ def test_every_optimizer_reset_in_place_steps_as_a_fresh_one_bit_for_bit(make):
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=False),
+    lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, amsgrad=True, foreach=True),
+    lambda ps: __import__("fl_lightning.optim", fromlist=["Sophia"]).Sophia(ps, lr=1e-2, rho=0.1),
+    lambda ps: __import__("fl_lightning.optim", fromlist=["Lion"]).Lion(ps, lr=1e-2),
+    _muon,
+], ids=["adam", "adamw_amsgrad", "sophia", "lion", "muon"])
+def test_an_imported_state_is_written_into_the_allocated_tensors_bit_for_bit(make):
+    """A client's stored state (``state: persistent``) imported into the run's optimizer, reset in place for it:
+    copied into the tensors already there (a compiled step guards on torch.optim.Adam's ``step`` tensor by its
+    identity), with the values and types ``load_state_dict`` gives, so the steps after it are the same bits. An
+    adapter's import of one number (FedLADA's averaged ``step``) writes into the step tensor too."""
+    from fl_lightning.optim import adapter_for
+    from fl_lightning.optim.state import allocate, export_optimizer_state, import_optimizer_state
+
+    torch.manual_seed(0)
+    init = [torch.randn(6, 4), torch.randn(4)]
+    grads = [[torch.randn(6, 4), torch.randn(4)] for _ in range(3)]
+
+    def stepped(opt, ps, gs):
+        for g in gs:
+            for p, gp in zip(ps, g):
+                p.grad = gp.clone()
+            opt.step()
+
+    first = [torch.nn.Parameter(t.clone()) for t in init]
+    donor = make(first)
+    stepped(donor, first, grads[:2])
+    flat = {k: v.clone() for k, v in export_optimizer_state(donor).items()}
+    used = [torch.nn.Parameter(t.clone()) for t in init]
+    opt = make(used)
+    allocate(opt)
+    stepped(opt, used, grads[2:])  # another client's steps, then this one's state
+    reset_in_place(opt, make(used))
+    tensors = [id(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v)]
+    import_optimizer_state(opt, flat)
+    assert [id(v) for st in opt.state.values() for v in st.values() if torch.is_tensor(v)] == tensors
+    loaded_params = [torch.nn.Parameter(t.clone()) for t in init]
+    loaded = make(loaded_params)
+    loaded.load_state_dict(donor.state_dict())  # what the import did before: new tensors
+    with torch.no_grad():
+        for p, t in zip(used, init):
+            p.copy_(t)
+    for p, q in zip(used, loaded_params):
+        a, b = opt.state[p], loaded.state[q]
+        assert set(a) == set(b)
+        for k in a:
+            assert type(a[k]) is type(b[k]) and (not torch.is_tensor(a[k]) or a[k].dtype == b[k].dtype), k
+            assert torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])), k
+    stepped(opt, used, grads)
+    stepped(loaded, loaded_params, grads)
+    for a, b in zip(used, loaded_params):
+        assert torch.equal(a, b)
+    if isinstance(opt, torch.optim.Adam):
+        step = opt.state[used[0]]["step"]
+        adapter_for(opt).import_state(used[0], {"step": torch.tensor(7.0, dtype=torch.float64)})
+        assert opt.state[used[0]]["step"] is step and float(step) == 7.0
+
+
 def test_reset_in_place_refuses_other_parameters():
     a, b = torch.nn.Parameter(torch.zeros(3, 3)), torch.nn.Parameter(torch.zeros(3, 3))
     with pytest.raises(ValueError, match="other parameters"):
