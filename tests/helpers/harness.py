@@ -24,8 +24,12 @@ def method_config(name: str, overrides: list[str] = ()):
 
 
 def build(cfg):
+    """The method's strategy as a run builds it: the config check of its nodes (names, types, the ranges their
+    annotations state), then the parts."""
+    from fl_lightning.config import check_targets
     from fl_lightning.strategies import build_strategy
 
+    check_targets(cfg, groups=("method",))
     return build_strategy(cfg.method)
 
 

@@ -42,7 +42,7 @@ class SophiaHessian(Part):
     COUNTERS = ("global", "client", "round")
 
     def __init__(self, estimator: str = "hutchinson", every: Annotated[int, Range(1, 10**9)] = 10,
-                 probes: Annotated[int, Range(1, 1024)] = 1, counter: str = "global"):
+                 probes: Annotated[int, Range(1, 1 << 14)] = 1, counter: str = "global"):
         if estimator not in self.ESTIMATORS:
             raise ConfigError("estimator", f"unknown estimator {estimator!r}", f"use one of {', '.join(self.ESTIMATORS)}")
         if counter not in self.COUNTERS:
