@@ -31,7 +31,7 @@ from .loop import FederatedLoop, LoopConfig
 from .models import build_model
 from .config import read_paper
 from .recorder import RunRecorder
-from .config import not_result_keys
+from .config import hash_rules, not_result_keys
 from .config import check, check_value, rules
 from .strategies import build_strategy
 from .threads import auto_threads
@@ -77,11 +77,12 @@ def _result_view(cfg: DictConfig) -> dict:
             if group and not node and group != "trainer":  # a group of keys that all leave results alone
                 del c[group]
     c.setdefault("trainer", {})  # the hash of every checkpoint written so far has it
-    if c.get("fl", {}).get("lr_schedule", "constant") == "constant":  # R matters only through the schedule
-        c["fl"] = {k: v for k, v in c["fl"].items() if k != "rounds"}
-    if not (c.get("data") or {}).get("val_fraction"):  # 0: no validation set (as before the key existed)
-        (c.get("data") or {}).pop("val_fraction", None)
-    if (c.get("data") or {}).get("fake") is False:  # the real files (as before the key existed)
+    for name, hashed in hash_rules().items():  # the schema's keys whose place in the hash depends on a value
+        group, _, leaf = name.rpartition(".")
+        node = c.get(group) if group else c
+        if isinstance(node, dict) and leaf in node and not hashed(node[leaf], c):
+            del node[leaf]
+    if (c.get("data") or {}).get("fake") is False:  # a dataset's argument: the real files (as before it existed)
         c["data"].pop("fake", None)
     return c
 

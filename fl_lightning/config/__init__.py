@@ -22,11 +22,13 @@ from .compose import blame, instantiate, interpolation_source, qualify, root_of
 from .groups import check_parts
 from .paper_block import UNITS, Paper, PaperError, read_paper
 from .ranges import Betas, Fraction, LearningRate, NonNegative, OneOf, Positive, Range, Validate
-from .schema import CONFIG_GROUPS, OPTIONAL_GROUPS, FL, Checkpoint, data_defaults, not_result_keys, register
+from .schema import (CONFIG_GROUPS, OPTIONAL_GROUPS, FL, Checkpoint, data_defaults, hash_rules, not_result_keys,
+                     not_setting_keys, register)
 
 __all__ = [
-    "Betas", "CONFIG_GROUPS", "Checkpoint", "FL", "Fraction", "LearningRate", "NonNegative", "OPTIONAL_GROUPS",
-    "OneOf", "Paper", "PaperError", "Positive", "Range", "StepBudget", "UNITS", "blame", "check", "check_call", "check_overrides", "check_parts",
-    "check_resume", "check_targets", "check_value", "closest_key", "data_defaults", "instantiate",
-    "interpolation_source", "not_result_keys", "qualify", "read_paper", "register", "root_of", "rules", "target_info", "Validate",
+    "Betas", "blame", "check", "check_call", "check_overrides", "check_parts", "check_resume", "check_targets",
+    "check_value", "Checkpoint", "closest_key", "CONFIG_GROUPS", "data_defaults", "FL", "Fraction", "hash_rules",
+    "instantiate", "interpolation_source", "LearningRate", "NonNegative", "not_result_keys", "not_setting_keys",
+    "OneOf", "OPTIONAL_GROUPS", "Paper", "PaperError", "Positive", "qualify", "Range", "read_paper", "register",
+    "root_of", "rules", "StepBudget", "target_info", "UNITS", "Validate",
 ]

@@ -32,11 +32,21 @@ from .ranges import IntOrWord, OneOf, Path, Range, Table, hint_meta
 # (it has no union of primitives): to OmegaConf str and Any, to the checks a path, a mapping, a number or a word.
 
 
-def key(default, help: str, example: str = "", result: bool = True):  # noqa: A002
+def key(default, help: str, example: str = "", result: bool = True, setting: bool | None = None,  # noqa: A002
+        hashed=None):
     """A schema field; its annotation is its type and range (:func:`typed`). ``example``: the value a fix suggests
     (the default's text unless given); ``result``: whether the key changes what a run computes (False: where output
-    goes, how it is shown, saved, resumed or spread over processes; :func:`not_result_keys`)."""
-    meta = dict(help=help, example=example or str(default), result=result)
+    goes, how it is shown, saved, resumed or spread over processes; :func:`not_result_keys`). Its effect on the run's
+    config hash (the resume check) and on the report's setting key, declared here:
+
+    - ``hashed(value, view) -> bool``: for a result key, whether it enters the hash given its value and the rest of
+      the result view (a dict of the config): a key added after checkpoints existed leaves the hash alone at the value
+      that reproduces the runs before it, and a key that matters only through another stays out when that one makes
+      it moot (``fl.rounds`` under a constant schedule). Default: always.
+    - ``setting``: whether the report tells two settings apart by it (default: ``result``); False for a result key
+      that only evaluation or storage reads (``data.eval_batch_size``): :func:`not_setting_keys`."""
+    meta = dict(help=help, example=example or str(default), result=result,
+                setting=result if setting is None else setting, hashed=hashed)
     return field(default=default, metadata=meta)
 
 
@@ -64,7 +74,8 @@ class FL:
         16, "clients in the federation (auto: as many as the partition's natural groups)")
     clients_per_round: Annotated[int, Range(1, 10**7)] = key(
         8, "clients sampled each round, uniformly without replacement, seeded by (seed, round)")
-    rounds: Annotated[int, Range(1, 10**9)] = key(40, "communication rounds")
+    rounds: Annotated[int, Range(1, 10**9)] = key(40, "communication rounds",
+                                                  hashed=lambda v, view: view["fl"].get("lr_schedule", "constant") != "constant")
     local_steps: Annotated[Optional[int], Range(1, 10**6)] = key(
         10, "K local steps per round (null: train by fl.local_epochs)")
     local_epochs: Annotated[Optional[int], Range(1, 10**6)] = key(
@@ -147,11 +158,11 @@ class DataKeys:
     ``data`` node starts from these defaults (:func:`data_defaults`) and a dataset's yaml overrides them."""
 
     batch_size: Annotated[int, Range(1, 10**7)] = key(32, "training minibatch size")
-    eval_batch_size: Annotated[int, Range(1, 10**8)] = key(1024, "evaluation batch size")
-    on_device: bool = key(True, "keep the dataset's tensors on the device")
+    eval_batch_size: Annotated[int, Range(1, 10**8)] = key(1024, "evaluation batch size", setting=False)
+    on_device: bool = key(True, "keep the dataset's tensors on the device", setting=False)
     val_fraction: Annotated[float, Range(0.0, 0.9)] = key(
         0.0, "fraction of the training pool held out (seeded, before partitioning) as a validation set, logged as "
-        "val_* at every evaluation (0: none)", example="0.1")
+        "val_* at every evaluation (0: none)", example="0.1", hashed=lambda v, view: bool(v))
 
 
 def data_defaults() -> dict:
@@ -230,6 +241,17 @@ def register() -> None:
 
     ConfigStore.instance().store(name="fl_lightning", node=Root)
     OmegaConf.register_new_resolver("fl_not_result", lambda *extra: [*not_result_keys(), *extra], replace=True)
+
+
+def not_setting_keys() -> list[str]:
+    """The schema keys the report does not tell settings apart by (``setting=False``; every key with
+    ``result=False``, and result keys only evaluation or storage reads)."""
+    return [name for name, f in all_keys().items() if not f.metadata["setting"]]
+
+
+def hash_rules() -> dict[str, object]:
+    """``{dotted key: hashed(value, view)}`` of the result keys whose place in the config hash depends on a value."""
+    return {name: f.metadata["hashed"] for name, f in all_keys().items() if f.metadata["hashed"] is not None}
 
 
 def not_result_keys() -> list[str]:

@@ -14,13 +14,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ..errors import ReportError  # noqa: F401 (the report package names it from here)
-from ..config import not_result_keys
+from ..config import not_setting_keys
 
 # group keys that name a config group by its display name (``method.name``...), as the CLI and summaries do
 _NAMED = {"method": "method.name", "model": "model.name", "data": "data.name", "partition": "data.partition.name"}
-# keys that never tell two settings apart: the schema's keys that leave results alone (schema.not_result_keys), the
-# seed (runs of one setting differ by it), the logger, and what only evaluation or lookups read
-_IGNORED = (*not_result_keys(), "seed", "logger", "data.eval_batch_size", "data.on_device", "tables")
+# keys that never tell two settings apart: the schema's (``setting=False``: those that leave results alone, and
+# what only evaluation or storage reads), the seed (runs of one setting differ by it), the logger, and lookups
+_IGNORED = (*not_setting_keys(), "seed", "logger", "tables")
 
 
 def closest(name: str, known) -> str:

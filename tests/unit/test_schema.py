@@ -222,3 +222,23 @@ def test_keys_lists_a_chosen_configs_keys_with_their_ranges_and_one_key_and_usag
     assert main(["method=nosuch"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: keys:")
+
+
+def test_a_keys_effect_on_the_config_hash_and_the_reports_setting_is_declared_on_its_field():
+    """Hash rules are field metadata (issue 48 item 4): ``fl.rounds`` enters the config hash only under a schedule,
+    ``data.val_fraction`` only when it holds a set out; ``data.eval_batch_size`` and ``data.on_device`` stay in the
+    hash (every checkpoint's hash has them) but never tell two settings apart in the report."""
+    from fl_lightning.build import config_hash
+    from fl_lightning.config import hash_rules, not_result_keys, not_setting_keys
+    from fl_lightning.report.runs import _IGNORED
+    from tests.helpers.cli import make_cfg
+
+    assert sorted(hash_rules()) == ["data.val_fraction", "fl.rounds"]
+    assert {"data.eval_batch_size", "data.on_device"} <= set(not_setting_keys()) - set(not_result_keys())
+    assert set(not_setting_keys()) <= set(_IGNORED)
+    h = config_hash(make_cfg([]))
+    assert config_hash(make_cfg(["fl.rounds=7"])) == h  # constant schedule: R changes nothing
+    assert config_hash(make_cfg(["fl.lr_schedule=cosine"])) != config_hash(make_cfg(["fl.lr_schedule=cosine",
+                                                                                     "fl.rounds=7"]))
+    assert config_hash(make_cfg(["data.val_fraction=0.0"])) == h != config_hash(make_cfg(["data.val_fraction=0.1"]))
+    assert config_hash(make_cfg(["data.eval_batch_size=7"])) != h
