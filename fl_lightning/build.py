@@ -111,8 +111,7 @@ def apply_threads(cfg: DictConfig, num_params: int | None = None) -> int:
     :func:`fl_lightning.threads.auto_threads` (the CPUs this process may use over ``trainer.devices``, or
     ``OMP_NUM_THREADS``). Idle OpenMP threads sleep instead of spinning (:func:`fl_lightning.threads.passive_wait`,
     set by train.py before torch loads), so the default stays fast on a busy machine (docs/benchmarks.md)."""
-    t = cfg.trainer.threads
-    check_value("trainer.threads", t)
+    t = cfg.trainer.threads  # checked with the config (the schema: a whole number in range, or auto)
     devices = cfg.trainer.devices
     per_node = (devices if isinstance(devices, int) else 1) * int(cfg.trainer.processes_per_device)
     n = auto_threads(per_node, num_params) if t == "auto" else int(t)

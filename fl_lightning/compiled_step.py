@@ -96,6 +96,8 @@ class CompiledStep:
             v = st.get("step")
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 st["step"] = torch.tensor(float(v), dtype=torch.float32, device=p.device)
+            elif isinstance(v, torch.Tensor) and v.device != p.device:  # a client store's 0-d values stay on the CPU
+                st["step"] = v.to(device=p.device, dtype=torch.float32)
 
     def __call__(self, client, batch, k):
         opt = client.optimizer

@@ -64,8 +64,7 @@ def test_compiled_step_equals_eager_after_three_rounds(method, tmp_path):
 def test_a_scheduled_lr_is_an_input_of_the_graph_not_a_recompile_per_round(method, tmp_path):
     """Under a cosine schedule every round has another lr: the compiled step takes it as a 0-d tensor (the optimizer's
     groups; FedMuon's alignment step η_r·α), so rounds 3-5 compile nothing new, and the run equals eager up to float
-    order (a tensor lr multiplies, then adds). FedSophia is not here: its refresh branch and persistent state still
-    add guard combinations over the first rounds (tools/compile_check.py --run counts them)."""
+    order (a tensor lr multiplies, then adds). Every method's counts per round: tools/compile_check.py --run."""
     over = [f"method={method}", *BASE, *COSINE, "fl.rounds=5", *FP32_NS.get(method, [])]
     eager, _, _ = _run(_reference(method, over), tmp_path / "eager")
     loop = build_loop(over + STEP, tmp_path / "step")
