@@ -319,7 +319,8 @@ def step_compiler(cfg: DictConfig, device: torch.device):
 
         return functools.partial(GraphedStep, method=str(OmegaConf.select(cfg, "method.name") or ""))
     lr_varies = cfg.fl.lr_schedule != "constant" or int(cfg.fl.warmup_rounds) > 0
-    return functools.partial(CompiledStep, mode=mode, backend=backend, lr_tensors=lr_varies)
+    return functools.partial(CompiledStep, mode=mode, backend=backend, lr_tensors=lr_varies,
+                             dynamic_batch=cfg.fl.local_epochs is not None)
 
 
 def lr_keys(cfg: DictConfig) -> dict[str, str | None]:

@@ -2,20 +2,21 @@
 
 The step (:meth:`fl_lightning.loop.FederatedLoop.local_step`: forward, backward, the parts' ``after_backward``,
 clipping, the optimizer step, the parts' ``after_step``) is handed to ``torch.compile`` whole. Dynamo traces the
-backward into the graph (``torch._dynamo.config.trace_autograd_ops``, torch ≥ 2.14), so the graphs break only where
-the step leaves tensor code: ``torch.optim``'s deliberate break before an optimizer's step (it keeps the update an
-in-place inference graph), ``zero_grad``, and a few parts' Python (``python tools/compile_check.py`` lists them per
-method). It is reused by every client because what it guards on stays the same objects for the whole run: the one
-module the clients' states are copied into (the loop), and one optimizer object reset in place for each client
-(:func:`fl_lightning.optim.state.reset_in_place`). Numbers that change between clients and steps (step counters,
-a short last batch's size) become symbolic after their first change (Dynamo's automatic dynamic shapes): one
-recompile per run each, not one per client or step. Under an lr schedule the groups' learning rates enter as 0-d
-tensors, and a part's own scheduled factor is a tensor it makes outside the step (GlobalAlignment's η_r·α, used
-under ``torch.compiler.is_compiling()``; the eager arithmetic is unchanged).
+backward into the graph (``torch._dynamo.config.trace_autograd_ops``, torch ≥ 2.14), so the graphs break only where the
+step leaves tensor code: ``torch.optim``'s deliberate break before an optimizer's step (it keeps the update an in-place
+inference graph), ``zero_grad``, and a few parts' Python (``python tools/compile_check.py`` lists them per method). It
+is reused by every client because what it guards on stays the same objects for the whole run: the one module the
+clients' states are copied into (the loop), and one optimizer object reset in place for each client
+(:func:`fl_lightning.optim.state.reset_in_place`). Numbers that change between clients and steps (step counters, a short
+last batch's size) become symbolic after their first change (Dynamo's automatic dynamic shapes): one recompile per run
+each, not one per client or step; under ``fl.local_epochs`` a pass's short last batch has any size, so the batch
+dimension is symbolic from the first step (``maybe_mark_dynamic``). Under an lr schedule the groups' learning rates
+enter as 0-d tensors, and a part's own scheduled factor is a tensor it makes outside the step (GlobalAlignment's η_r·α,
+used under ``torch.compiler.is_compiling()``; the eager arithmetic is unchanged).
 
 ``step``: the backend's code (``trainer.compile_backend``, inductor by default); compiled and eager runs agree up to
-float summation order (tests/system/test_compile.py), not bit for bit. ``graphs`` is the eager step captured as a
-CUDA graph, with no compiler: :mod:`fl_lightning.graphed_step`.
+float summation order (tests/system/test_compile.py), not bit for bit. ``graphs`` is the eager step captured as a CUDA
+graph, with no compiler: :mod:`fl_lightning.graphed_step`.
 """
 from __future__ import annotations
 
@@ -41,13 +42,14 @@ class CompiledStep:
     compiled and how many of them were recompiles (a guard of an earlier graph failed), :meth:`log_counts` logs it
     once."""
 
-    def __init__(self, step_fn: Callable, mode: str, backend: str = "inductor", lr_tensors: bool = False):
+    def __init__(self, step_fn: Callable, mode: str, backend: str = "inductor", lr_tensors: bool = False,
+                 dynamic_batch: bool = False):
         import torch
         import torch._dynamo.callback as callback
 
         if mode != "step":
             raise ValueError(f"compile mode {mode!r}: CompiledStep compiles mode 'step' (graphs: GraphedStep)")
-        self.mode, self.backend, self.lr_tensors = mode, backend, lr_tensors
+        self.mode, self.backend, self.lr_tensors, self.dynamic_batch = mode, backend, lr_tensors, dynamic_batch
         self._ids: set[str] = set()
         self._active = False
         # One compiled step per process: Dynamo's caches are per code object (FederatedLoop.local_step), so a second
@@ -57,7 +59,7 @@ class CompiledStep:
         self.cache = compile_cache()
         self._cache0 = self._cache_counts()
         self._step_fn, self._fn = step_fn, torch.compile(step_fn, backend=backend)
-        self._dynamo = torch._dynamo
+        self._dynamo, self._torch = torch._dynamo, torch
         global _CURRENT
         _CURRENT = self  # one callback per process, counting for the newest compiled step (reset() drops callbacks)
         if _on_compile not in callback.callback_handler.start_callbacks:
@@ -110,6 +112,10 @@ class CompiledStep:
             loss = self._step_fn(client, batch, k)
             self.steps_as_tensors(opt)  # the counts of a state it made
             return loss
+        if self.dynamic_batch:  # local epochs: a pass's short last batch has any size, symbolic from the first step
+            for v in batch.values():
+                if isinstance(v, self._torch.Tensor) and v.dim() > 0:
+                    self._dynamo.maybe_mark_dynamic(v, 0)
         self._active = True
         try:
             with self._trace_backward():
