@@ -130,10 +130,12 @@ def test_bad_optimizer_values_fail_at_build_with_one_line(override):
 
 def test_threads_setting(monkeypatch):
     """trainer.threads: a number is applied; auto is the CPUs this process may use / trainer.devices (unless
-    OMP_NUM_THREADS is set); anything else is one line naming the key."""
+    OMP_NUM_THREADS is set); anything else is one line naming the key, from the config's one check (build applies
+    a checked value and does not check it again)."""
     import os
 
     from fl_lightning.build import apply_threads
+    from fl_lightning.config import check
     from tests.helpers.cli import make_cfg
 
     before = torch.get_num_threads()
@@ -144,7 +146,7 @@ def test_threads_setting(monkeypatch):
         assert apply_threads(make_cfg(["trainer.devices=2"])) == max(1, cpus // 2)
         for bad in ("0", "-1", "abc", "1.5"):
             with pytest.raises(ConfigError, match="trainer.threads"):
-                apply_threads(make_cfg([f"trainer.threads={bad}"]))
+                check(make_cfg([f"trainer.threads={bad}"]))
     finally:
         torch.set_num_threads(before)
 
