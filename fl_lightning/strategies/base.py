@@ -58,6 +58,10 @@ class ServerContext:
     lr_factor: Callable[[int], float] | None = None  # round -> schedule multiplier
     local_steps: int | None = None        # K (None when training by epochs)
 
+    def round_lr_factor(self, r: int) -> float:
+        """The schedule's multiplier of round ``r`` (1 without a schedule)."""
+        return float(self.lr_factor(r)) if self.lr_factor is not None else 1.0
+
 
 class ClientServices(Protocol):
     """What the loop computes for a part on request (:class:`fl_lightning.services.LoopServices` provides it, not

@@ -79,10 +79,7 @@ class GlobalAlignment(Part):
         if self.init == "grad":
             self.G0 = mean_probe_gradient(self, server, self.names)[0]
         # a schedule that changes η_r between rounds: a compiled step takes η_r·α as a tensor (else a float constant)
-        self.scheduled = len({self._lr_factor(r) for r in range(server.rounds)}) > 1
-
-    def _lr_factor(self, r: int) -> float:
-        return float(self.server.lr_factor(r)) if self.server.lr_factor is not None else 1.0
+        self.scheduled = len({self.server.round_lr_factor(r) for r in range(server.rounds)}) > 1
 
     class Down(Record):
         DG = Field("DG/{}")  # Δ_G, the global update direction, per parameter
@@ -103,7 +100,7 @@ class GlobalAlignment(Part):
             for t in self.DG.values():
                 t.zero_()
         self.prev_x = {n: x[n].detach().clone() for n in self.names}
-        self.prev_factor = self._lr_factor(round_idx)
+        self.prev_factor = self.server.round_lr_factor(round_idx)
         down = self.Down(self, {})
         for n in self.names:
             down.DG[n] = Msg(self.DG[n])

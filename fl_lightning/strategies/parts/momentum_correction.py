@@ -99,7 +99,7 @@ class MomentumCorrection(Part):
                 free = self.prev_model == "client" or not self.prev_x
                 out.x_prev[n] = Msg(before[n].clone(), nbits=0 if free else None)
         self.prev_x = {n: x[n].detach().clone() for n in self.names}
-        self.prev_factor = float(self.server.lr_factor(round_idx)) if self.server.lr_factor is not None else 1.0
+        self.prev_factor = self.server.round_lr_factor(round_idx)
         return out.container
 
     def server_update(self, round_idx: int, agg: Aggregate) -> None:

@@ -51,9 +51,6 @@ class Scallion(Part):
         """α for a tensor of d entries: the given value, or 1/(1 + ω(d)) of the codec."""
         return self.alpha if self.alpha is not None else 1.0 / (1.0 + self.codec.omega(d))
 
-    def _lr_factor(self, r: int) -> float:
-        return float(self.server.lr_factor(r)) if self.server.lr_factor is not None else 1.0
-
     def setup(self, server: ServerContext) -> None:
         self.server = server
         self.c = {n: torch.zeros_like(server.global_params[n]) for n in server.trainable}
@@ -103,7 +100,7 @@ class Scallion(Part):
     @torch.no_grad()
     def server_update(self, round_idx: int, agg: Aggregate) -> None:
         up = self.Up(self, agg)
-        k_eta = agg.mean_steps() * self.lr * self._lr_factor(round_idx)  # the clients' mean K·η, known here
+        k_eta = agg.mean_steps() * self.lr * self.server.round_lr_factor(round_idx)  # the clients' mean K·η, known here
         for n, x in self.server.global_params.items():
             if n not in self.c:
                 x.add_(up.u.mean(n).to(x.dtype))
