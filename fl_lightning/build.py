@@ -1,8 +1,8 @@
 """build(cfg): turn a composed Hydra config into (Fabric, module, FederatedData, Strategy, FederatedLoop).
 
-``validate(cfg)`` checks the values a user is likely to get wrong and raises a one-line :class:`ConfigError`
-naming the key and the fix. ``config_hash(cfg)`` hashes the result-relevant part of the config (what a resumed
-run must share with the run that wrote the checkpoint).
+``cfg`` arrives checked (:func:`fl_lightning.config.check_run`, which the command line runs before torch loads);
+nothing here checks it again. What only the machine or the data can tell is checked on values: the accelerator is
+there (:func:`check_device`), a partition's client count (``fl.num_clients=auto``) fits ``fl.clients_per_round``.
 """
 from __future__ import annotations
 
@@ -23,35 +23,20 @@ from ._compat import import_fabric, set_collective_timeout, starts_processes_fro
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .compiled_step import CompiledStep
-from .config import interpolation_source, instantiate
-from .config import check_targets
-from .data import FEDERATION_KEYS, build_federated_data
+from .config import check_clients, check_run, config_hash, instantiate, interpolation_source
+from .data import build_federated_data
 from .errors import ConfigError
 from .loop import FederatedLoop, LoopConfig
 from .models import build_model
-from .config import read_paper
 from .recorder import RunRecorder
-from .config import hash_rules, not_result_keys
-from .config import check, check_value, rules
 from .strategies import build_strategy
 from .threads import auto_threads
 
 log = logging.getLogger("fl_lightning")
 
-# config groups that do not change results (the schema's keys say so themselves: schema.not_result_keys)
-_NOT_RESULT_GROUPS = ("hydra", "logger")
-
-
-def validate(cfg: DictConfig, checked: bool = False) -> None:
-    """The schema's checks and rules (:func:`fl_lightning.config.checks.check`; ``checked``: the CLI ran them already, before
-    torch was imported), the ``_target_`` nodes' keys against their constructors
-    (:func:`fl_lightning.config.args.check_targets`), then what needs torch: a GPU asked for is there."""
-    if not checked:
-        check(cfg)
-    check_targets(cfg, drop={"data": FEDERATION_KEYS})  # every group built from _target_s (schema.TARGET_GROUPS)
-    if cfg.get("paper") is not None:  # the report reads it after the runs: a malformed block is refused before them
-        read_paper(cfg.paper, cfg)  # a PaperError is a ConfigError (a setting key the config lacks, too)
-    acc = str(cfg.trainer.accelerator)
+def check_device(accelerator: str) -> None:
+    """What the config check cannot know before torch loads: the accelerator asked for is on this machine."""
+    acc = str(accelerator)
     if acc in ("gpu", "cuda") and not torch.cuda.is_available():
         raise ConfigError("trainer.accelerator", f"{acc} asked for but no CUDA GPU is visible to this process",
                           "use trainer.accelerator=cpu (or auto)")
@@ -63,47 +48,6 @@ def validate(cfg: DictConfig, checked: bool = False) -> None:
             need = "a TPU host with torch_xla installed" if acc == "tpu" else "an Apple-silicon Mac"
             raise ConfigError("trainer.accelerator", f"{acc} asked for but this machine has none ({acc} needs {need})",
                               "use trainer.accelerator=cpu (or auto)")
-
-
-def _result_view(cfg: DictConfig) -> dict:
-    """The part of the config that changes results (what a resumed run must share with the one it continues)."""
-    c = OmegaConf.to_container(cfg, resolve=True)
-    c = {k: v for k, v in c.items() if k not in _NOT_RESULT_GROUPS and not (k == "server_opt" and v is None)}
-    for name in not_result_keys():
-        group, _, leaf = name.rpartition(".")
-        node = c.get(group) if group else c
-        if isinstance(node, dict):
-            node.pop(leaf, None)
-            if group and not node and group != "trainer":  # a group of keys that all leave results alone
-                del c[group]
-    c.setdefault("trainer", {})  # the hash of every checkpoint written so far has it
-    for name, hashed in hash_rules().items():  # the schema's keys whose place in the hash depends on a value
-        group, _, leaf = name.rpartition(".")
-        node = c.get(group) if group else c
-        if isinstance(node, dict) and leaf in node and not hashed(node[leaf], c):
-            del node[leaf]
-    if (c.get("data") or {}).get("fake") is False:  # a dataset's argument: the real files (as before it existed)
-        c["data"].pop("fake", None)
-    return c
-
-
-def config_hash(cfg: DictConfig) -> str:
-    return hashlib.sha256(json.dumps(_result_view(cfg), sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _flatten(node, prefix: str = "") -> dict:
-    if isinstance(node, dict):
-        out = {}
-        for k, v in node.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
-        return out or {prefix[:-1]: {}}
-    return {prefix[:-1]: node}
-
-
-def result_diff(old: DictConfig, new: DictConfig) -> list[tuple[str, object, object]]:
-    """``(key, old value, new value)`` for every result-relevant key that differs (absent: None), sorted."""
-    a, b = _flatten(_result_view(old)), _flatten(_result_view(new))
-    return [(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
 
 
 def apply_threads(cfg: DictConfig, num_params: int | None = None) -> int:
@@ -256,9 +200,13 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     ``checked``: :func:`fl_lightning.config.checks.check` already ran on ``cfg`` (the CLI does, before torch is imported).
     ``resume``: the run directory this run continues (its saved config decides what ``auto`` precisions resolve to)."""
     saved = os.path.join(resume, "config.yaml") if resume else None
-    precision.resolve(cfg, OmegaConf.load(saved) if saved and os.path.exists(saved) else None)  # before the checks
-    validate(cfg, checked)
-    apply_threads(cfg)
+    if not checked:
+        check_run(cfg)  # the config's one check (the CLI runs it before torch loads): nothing below re-checks cfg
+    check_device(cfg.trainer.accelerator)
+    precision.resolve(cfg, OmegaConf.load(saved) if saved and os.path.exists(saved) else None)
+    auto_threads_later = cfg.trainer.threads == "auto"
+    if not auto_threads_later:  # a number: from the start (the data's build too)
+        apply_threads(cfg)
     os.makedirs(run_dir, exist_ok=True)
     if fabric is None:
         fabric = make_fabric(cfg, run_dir)
@@ -277,8 +225,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     if auto:  # the partition decided (one client per natural group): record it and check what depends on it
         with open_dict(cfg):
             cfg.fl.num_clients = data.num_clients
-        check_value("fl.num_clients", data.num_clients)
-        rules(cfg)
+        check_clients(data.num_clients, int(cfg.fl.clients_per_round))
     if fabric.global_rank == 0:
         log.info("data %s: %s", cfg.data.get("name"), data.stats.summary())
     check_model_memory(cfg, data.info, fabric.device)
@@ -286,9 +233,9 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
         torch.manual_seed(int(cfg.seed))
         module = build_model(cfg.model, data.info)
     module = module.to(fabric.device)
-    if fabric.device.type == "cpu":  # auto threads again, now that the model's size is known
-        apply_threads(cfg, sum(p.numel() for p in module.parameters()))
-    strategy = build_strategy(cfg.method)
+    if auto_threads_later:  # auto: once, now that the model's size is known (a small model gets one thread)
+        apply_threads(cfg, sum(p.numel() for p in module.parameters()) if fabric.device.type == "cpu" else None)
+    strategy = build_strategy(cfg.method, checked=True)
     rank, world = fabric.global_rank, fabric.world_size
     offload = cfg.store.offload_dir  # a str (the schema's type), even for a folder whose name reads as a number
     if offload and world > 1:

@@ -21,7 +21,7 @@ from .progress import set_enabled
 from .run_dir import (CONTROL, OVERRIDES_FILE, RunDirLock, in_sweep, override_key, resume_hint, saved_overrides, task_overrides,
                       guard_fresh_run, merge_overrides, resume_command, resume_config)
 from .config import CONFIG_GROUPS, OPTIONAL_GROUPS, register
-from .config import check, check_overrides, check_resume, check_value, closest_key
+from .config import check_overrides, check_resume, check_run, check_value, closest_key
 
 register()  # the schema (conf/config.yaml's first default) before Hydra composes
 
@@ -335,8 +335,8 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     asked = cfg.get("resume")  # as typed (auto, a directory or none): what a requeued job's command will do
     loop = None
     try:
-        check(cfg, task_overrides())  # every schema key and rule, before torch is imported (once: see build)
-        from .build import build  # imports torch (2 s): after the schema check, so a bad key fails in a moment
+        check_run(cfg, task_overrides())  # the config's one check: schema keys and rules torch-free first, then targets
+        from .build import build  # imports torch (2 s): after the check, so a bad key fails in a moment
         force = flag(cfg, "force_resume")
         if resume:
             cfg = resume_config(cfg, run_dir, force)
@@ -347,7 +347,8 @@ def _run(cfg: DictConfig, resume: str | None) -> dict | None:
                 guard_fresh_run(run_dir, flag(cfg, "overwrite"))
         set_enabled(flag(cfg, "trainer.progress", default=True))  # also for what runs before the loop (pre-training)
         peers.set_run(run_dir, lambda: loop and loop.checkpointer.newest(), lambda: loop and loop.round + 1)
-        loop = build(cfg, run_dir, checked=not resume, resume=resume)  # check() ran above (a resumed config: on the saved one)
+        loop = build(cfg, run_dir, checked=True, resume=resume)  # check_run ran above (a resumed config is composed
+                                                                   # from the run's saved overrides: the same check)
         signals.set_phase("restoring the checkpoint" if resume else "setting up the strategy")
         loop.setup(resume=resume, force=force)
         if loop.rank == 0:  # only once the run is accepted: a refused resume leaves the saved config alone

@@ -15,6 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from .config import result_diff
 from .errors import ConfigError, ResumeError
 
 log = logging.getLogger("fl_lightning")
@@ -80,7 +81,6 @@ def resume_config(cfg: DictConfig, run_dir: str, force: bool) -> DictConfig:
     """Check the config resuming ``run_dir`` (composed from the run's saved overrides with this command's on top,
     :func:`prepare`): a difference from the saved config in a key that changes results is refused with one line
     naming the keys, unless ``force_resume=true``."""
-    from .build import result_diff  # imports torch (2 s): only when resuming, after the command line's checks
     from .precision import inherit
 
     saved_cfg = os.path.join(run_dir, "config.yaml")

@@ -200,15 +200,21 @@ def check_resume(path) -> None:
                           "pass the run directory printed by the stopped run (it holds checkpoints/)")
 
 
+def check_clients(num_clients: int, clients_per_round: int) -> None:
+    """``fl.clients_per_round`` within ``fl.num_clients`` (also the count a partition decides: ``num_clients=auto``)."""
+    check_value("fl.num_clients", num_clients)
+    if clients_per_round > num_clients:
+        raise ConfigError("fl.clients_per_round",
+                          f"{clients_per_round} clients per round but only fl.num_clients={num_clients} clients exist",
+                          f"set fl.clients_per_round <= {num_clients} or raise fl.num_clients")
+
+
 def rules(cfg: DictConfig) -> None:
     """Cross-key rules, in one place."""
     check_resume(cfg.get("resume"))
     fl = cfg.fl
-    auto = str(fl.num_clients) == "auto"
-    if not auto and int(fl.clients_per_round) > int(fl.num_clients):
-        raise ConfigError("fl.clients_per_round",
-                          f"{fl.clients_per_round} clients per round but only fl.num_clients={fl.num_clients} clients exist",
-                          f"set fl.clients_per_round <= {fl.num_clients} or raise fl.num_clients")
+    if str(fl.num_clients) != "auto":  # auto: checked on the partition's count (build)
+        check_clients(int(fl.num_clients), int(fl.clients_per_round))
     steps, epochs = fl.get("local_steps"), fl.get("local_epochs")
     if bool(steps) == bool(epochs):
         raise ConfigError("fl.local_steps", f"set exactly one of fl.local_steps / fl.local_epochs (got {steps} / {epochs})",

@@ -170,6 +170,10 @@ def data_defaults() -> dict:
     return {f.name: f.default for f in dataclasses.fields(DataKeys)}
 
 
+# the ``data`` keys the data layer reads (the federated view), not passed to the dataset's builder
+FEDERATION_KEYS = ("name", *data_defaults(), "partition")
+
+
 @typed
 @dataclass
 class Root:
@@ -249,14 +253,21 @@ def not_setting_keys() -> list[str]:
     return [name for name, f in all_keys().items() if not f.metadata["setting"]]
 
 
+# dataset arguments (not schema keys) whose place in the hash depends on a value: ``data.fake=false`` is the real
+# files, hashed as before the argument existed
+ARGUMENT_HASH_RULES = {"data.fake": lambda v, view: v is not False}
+
+
 def hash_rules() -> dict[str, object]:
-    """``{dotted key: hashed(value, view)}`` of the result keys whose place in the config hash depends on a value."""
-    return {name: f.metadata["hashed"] for name, f in all_keys().items() if f.metadata["hashed"] is not None}
+    """``{dotted key: hashed(value, view)}`` of the result keys whose place in the config hash depends on a value
+    (the schema keys' ``hashed=``, then :data:`ARGUMENT_HASH_RULES`)."""
+    rules = {name: f.metadata["hashed"] for name, f in all_keys().items() if f.metadata["hashed"] is not None}
+    return {**rules, **ARGUMENT_HASH_RULES}
 
 
 def not_result_keys() -> list[str]:
     """The schema keys that do not change what a run computes (``result=False``), by dotted name: the resume check's
-    config hash leaves them out (``build.config_hash``), the report does not tell settings apart by them, and Hydra's
+    config hash leaves them out (:func:`.hashing.config_hash`), the report does not tell settings apart by them, and Hydra's
     job folder names leave them out (``conf/config.yaml``: ``${fl_not_result:}``)."""
     return [name for name, f in all_keys().items() if not f.metadata["result"]]
 

@@ -15,13 +15,12 @@ from hydra.utils import get_method
 
 from ..config import instantiate
 from ..errors import ConfigError
-from ..config import data_defaults
+from ..config import FEDERATION_KEYS, data_defaults
 from .federated import FederatedData
 from .info import DataInfo
 from .tensors import TensorSet
 
 DATA = data_defaults()  # the keys every dataset takes (schema.DataKeys) and their one default
-FEDERATION_KEYS = ("name", *DATA, "partition")  # read here, not passed to the dataset's builder
 PARTITION_SEED = 0x9A27  # the partition RNG is np.random.default_rng([seed, PARTITION_SEED])
 VALIDATION_SEED = 0x7A1D  # the held-out validation rows: np.random.default_rng([seed, VALIDATION_SEED])
 

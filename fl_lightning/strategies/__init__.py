@@ -19,8 +19,9 @@ from ..errors import ConfigError
 from .base import Aggregate, ClientContext, Msg, Part, ServerContext, Strategy
 
 
-def build_strategy(cfg, key: str = "method") -> Strategy:
-    check_parts(cfg, key)  # a node without a _target_ (+method.parts.nosuch.x=1): one line naming the parts
+def build_strategy(cfg, key: str = "method", checked: bool = False) -> Strategy:
+    if not checked:  # the run's check (config.check_run) covers it; a node built on its own is checked here
+        check_parts(cfg, key)  # a node without a _target_ (+method.parts.nosuch.x=1): one line naming the parts
     parts = {}
     for name, pcfg in cfg.parts.items():
         if pcfg is None:  # a part switched off by an override (method.parts.x=null)

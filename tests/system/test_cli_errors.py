@@ -128,7 +128,7 @@ def test_unknown_and_mistyped_keys_are_one_line_before_training(arg, key, fix, t
 def test_deep_keys_name_the_key_typed_and_a_fix_that_works(overrides, key, fix, tmp_path):
     """Through the CLI (in-process): one line naming the key the user typed, exit 2; the value the fix names then
     passes validation (nothing is built)."""
-    from fl_lightning.build import validate
+    from fl_lightning.config import check_run as validate
     from tests.helpers.cli import cli_in_process, make_cfg
 
     code, err = cli_in_process(FAST + overrides, tmp_path / "run")

@@ -4,7 +4,7 @@ found by listing conf/, so a new member is covered without an edit here) × each
 member (issue 32, "Hardening, second pass"), a new node without ``_target_`` under ``method.parts`` per method, and per
 member with a ``name`` and a ``_target_`` (models, datasets, partitions) another member's label.
 
-Each case must reach its verdict before anything is built: :func:`fl_lightning.build.validate` (the schema, and every
+Each case must reach its verdict before anything is built: :func:`fl_lightning.config.check_run` (the schema, and every
 ``_target_`` node's keys against its constructor's signature, whose ``typing.Annotated`` ranges bound sizes such as
 ``model.net.hidden`` before any allocation) refuses it with one line naming the key the user typed and a fix, or it
 is one of the documented valid values below. For the method, optimizer and server_opt groups a value the validation
@@ -158,7 +158,7 @@ def misspelled(key: str) -> str:
 def verdict(cfg, group: str, overrides: list[str] | None = None):
     """None if ``cfg`` passes validation (and, for the BUILT groups, build_strategy), else the FLError raised;
     ``overrides``: the command line's (``cli.run`` checks that a ``method.X`` one is read by something)."""
-    from fl_lightning.build import validate
+    from fl_lightning.config import check_run as validate
     from fl_lightning.errors import FLError
     from fl_lightning.config.checks import check
 

@@ -227,3 +227,37 @@ def test_a_part_that_reads_another_names_one_of_the_methods_parts(tmp_path):
     msg = build_error(FAST + ["method=fedsmumc", "method.parts.momentum.momentum_of=local_optimizer"], tmp_path)
     assert msg.startswith("config error: method.parts.momentum.momentum_of: part 'local_optimizer' keeps no Lion "
                           "momentum"), msg
+
+
+def test_build_checks_nothing_in_a_checked_config(tmp_path):
+    """One check per run (issue 48): once ``config.check_run`` passed (the command line runs it before torch loads),
+    ``build`` hands ``cfg`` to no checking code of the config package again: it only builds (``instantiate``), reads
+    the keys' declarations (hash, step budget) and checks what the data decides on values (``fl.num_clients=auto``)."""
+    import sys
+
+    from fl_lightning.build import build
+    from tests.helpers.cli import make_cfg
+
+    checking = ("checks", "args", "groups", "run_check", "paper_block", "keys")
+    calls: list[str] = []
+
+    def profile(frame, event, arg):
+        if event == "call":
+            mod = frame.f_globals.get("__name__", "")
+            if mod.startswith("fl_lightning.config.") and mod.rsplit(".", 1)[1] in checking:
+                calls.append(f"{mod}.{frame.f_code.co_name}")
+
+    cfg = make_cfg(["fl.rounds=1", "fl.num_clients=4", "fl.clients_per_round=2"], tmp_path / "r")
+    sys.setprofile(profile)
+    try:
+        build(cfg, str(tmp_path / "r"), checked=True)
+    finally:
+        sys.setprofile(None)
+    assert calls == []
+    sys.setprofile(profile)  # the check itself is seen by the same probe (the probe can fail)
+    try:
+        from fl_lightning.config import check_run
+        check_run(cfg)
+    finally:
+        sys.setprofile(None)
+    assert "fl_lightning.config.checks.check" in calls and "fl_lightning.config.args.check_targets" in calls

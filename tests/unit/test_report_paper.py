@@ -199,7 +199,7 @@ def test_a_row_run_in_another_setting_keeps_the_papers_number_marked_and_its_cla
 def test_a_setting_key_the_config_lacks_is_one_line_before_the_run():
     from omegaconf import open_dict
 
-    from fl_lightning.build import validate
+    from fl_lightning.config import check_run as validate
     from fl_lightning.errors import ConfigError
     from tests.helpers.cli import make_cfg
 

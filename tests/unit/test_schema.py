@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from fl_lightning.build import validate
+from fl_lightning.config import check_run as validate
 from fl_lightning.errors import ConfigError
 from fl_lightning.config.keys import describe
 from fl_lightning.config.schema import all_keys
@@ -184,7 +184,7 @@ def test_keys_that_leave_results_alone_are_stated_once_and_used_by_the_hash_the_
 
     from omegaconf import OmegaConf
 
-    from fl_lightning.build import config_hash
+    from fl_lightning.config import config_hash
     from fl_lightning.report.runs import _IGNORED
     from fl_lightning.config.schema import all_keys, not_result_keys, register
     from tests.helpers.cli import CONF, make_cfg
@@ -226,14 +226,15 @@ def test_keys_lists_a_chosen_configs_keys_with_their_ranges_and_one_key_and_usag
 
 def test_a_keys_effect_on_the_config_hash_and_the_reports_setting_is_declared_on_its_field():
     """Hash rules are field metadata (issue 48 item 4): ``fl.rounds`` enters the config hash only under a schedule,
-    ``data.val_fraction`` only when it holds a set out; ``data.eval_batch_size`` and ``data.on_device`` stay in the
+    ``data.val_fraction`` only when it holds a set out, a dataset's ``fake`` argument only when true (the real files hash
+as before it existed); ``data.eval_batch_size`` and ``data.on_device`` stay in the
     hash (every checkpoint's hash has them) but never tell two settings apart in the report."""
-    from fl_lightning.build import config_hash
+    from fl_lightning.config import config_hash
     from fl_lightning.config import hash_rules, not_result_keys, not_setting_keys
     from fl_lightning.report.runs import _IGNORED
     from tests.helpers.cli import make_cfg
 
-    assert sorted(hash_rules()) == ["data.val_fraction", "fl.rounds"]
+    assert sorted(hash_rules()) == ["data.fake", "data.val_fraction", "fl.rounds"]
     assert {"data.eval_batch_size", "data.on_device"} <= set(not_setting_keys()) - set(not_result_keys())
     assert set(not_setting_keys()) <= set(_IGNORED)
     h = config_hash(make_cfg([]))

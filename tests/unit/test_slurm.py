@@ -53,7 +53,7 @@ def test_trainer_requeue_changes_neither_the_config_hash_nor_a_sweep_folder_name
     from omegaconf import OmegaConf
 
     from fl_lightning.config.schema import register
-    from fl_lightning.build import config_hash
+    from fl_lightning.config import config_hash
     from tests.helpers.cli import CONF, make_cfg
 
     assert config_hash(make_cfg(["trainer.requeue=false"], "r")) == config_hash(make_cfg([], "r"))

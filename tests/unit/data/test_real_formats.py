@@ -82,7 +82,7 @@ def test_fake_cifar_needs_no_files_has_the_real_shapes_and_is_seeded(tmp_path):
     import torch
     from omegaconf import OmegaConf
 
-    from fl_lightning.build import config_hash
+    from fl_lightning.config import config_hash
     from fl_lightning.data.vision import cifar10, cifar100
 
     train, test, info = cifar100(str(tmp_path / "nothing_here"), fake=True)
@@ -118,7 +118,7 @@ def test_fake_image_sets_need_no_files_have_the_real_shapes_and_are_seeded(tmp_p
     from hydra.utils import get_method
     from omegaconf import OmegaConf
 
-    from fl_lightning.build import config_hash
+    from fl_lightning.config import config_hash
     from tests.helpers.cli import CONF, make_cfg
 
     node = OmegaConf.load(os.path.join(CONF, "data", f"{name}.yaml"))
