@@ -250,7 +250,8 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     config = LoopConfig(fl=OmegaConf.to_object(cfg.fl), checkpoint=OmegaConf.to_object(cfg.checkpoint), seed=int(cfg.seed),
                         **lr_keys(cfg))
     return FederatedLoop(fabric, module, data, strategy, config, run_dir, store=store,
-                         checkpointer=checkpointer, recorder=recorder, compile_step=step_compiler(cfg, fabric.device))
+                         checkpointer=checkpointer, recorder=recorder, compile_step=step_compiler(cfg, fabric.device),
+                         cohort=int(cfg.trainer.cohort))
 
 
 def step_compiler(cfg: DictConfig, device: torch.device):

@@ -27,6 +27,7 @@ from torch import Tensor
 from . import seeding, signals
 from .checkpoint import Checkpointer, TensorDict, TorchRNG
 from .client_store import ClientStateStore
+from .cohort import Cohort, check_cohort
 from .compiled_step import CompiledStep
 from .strategies import unsaved
 from .errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
@@ -74,7 +75,8 @@ def assign_clients(work: list[float], world: int, clients=None, pinned=None) -> 
 class FederatedLoop:
     def __init__(self, fabric, module, data, strategy: Strategy, config: LoopConfig, run_dir: str, *,
                  store: ClientStateStore | None = None, checkpointer: Checkpointer | None = None,
-                 recorder: RunRecorder | None = None, compile_step: Callable[[Callable], CompiledStep] | None = None):
+                 recorder: RunRecorder | None = None, compile_step: Callable[[Callable], CompiledStep] | None = None,
+                 cohort: int = 1):
         self.fabric, self.module, self.data, self.strategy, self.config = fabric, module, data, strategy, config
         self.run_dir = run_dir
         self.fl = config.fl
@@ -109,8 +111,11 @@ class FederatedLoop:
         self.model_bits = sum(v.numel() * v.element_size() * 8 for v in self.global_params.values())
         # the step every client takes: local_step itself, or compiled once for the run (trainer.compile)
         self.client_step = compile_step(self.local_step) if compile_step is not None else self.local_step
+        self.compiled = compile_step is not None
         if compile_step is not None:
             self.services.eager_under_compile()
+        # trainer.cohort: the sampled clients trained K at a time in one batched step (fl_lightning/cohort.py)
+        self.cohort = Cohort(self, cohort) if cohort > 1 else None
         self.round = 0  # rounds completed
         self._stop_signal: int | None = None
         self._first_round = -1  # the round this invocation started at (set by run)
@@ -205,6 +210,14 @@ class FederatedLoop:
         client.optimizer = None
         return msgs, mean_loss
 
+    def train_clients(self, cids: list[int], r: int, received: dict[str, Tensor], lr_f: float):
+        """``(client, uploads, mean loss)`` for each of ``cids`` in order: one at a time, or a cohort at a time."""
+        if self.cohort is not None:
+            yield from self.cohort.train(cids, r, received, lr_f)
+            return
+        for cid in cids:
+            yield (cid, *self.train_client(cid, r, received, lr_f))
+
     def _divergence(self, r: int, cid: int, mean_loss: float, first_loss: float) -> str:
         """One line naming the learning rate that grew the loss: finite at the model the client received, then not,
         the client steps did (the clients' lr); already not finite there, the server's step of an earlier round did
@@ -240,8 +253,7 @@ class FederatedLoop:
         up_bits, loss_total = 0, 0.0
         if progress:
             progress.start_round(r, len(mine))
-        for cid in mine:
-            msgs, loss = self.train_client(cid, r, received, lr_f)
+        for cid, msgs, loss in self.train_clients(mine, r, received, lr_f):
             self.recorder.client_done()
             up_bits += sum(m.bits() for m in msgs.values())
             loss_total += loss
@@ -320,6 +332,8 @@ class FederatedLoop:
         return objects
 
     def setup(self, resume: str | None = None, force: bool = False) -> None:
+        if self.cohort is not None:
+            check_cohort(self.strategy, self.module, self.cohort.size, self.compiled)
         self.strategy.setup(self.server_context())
         self._part_baseline = unsaved.snapshot(self.strategy.parts)  # what the parts hold once set up
         if resume:

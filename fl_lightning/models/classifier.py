@@ -65,6 +65,11 @@ class ClassifierModule(nn.Module):
     def training_step(self, batch: dict, batch_idx: int = 0) -> Tensor:
         return F.cross_entropy(self(batch[self.input_key]), batch["y"])
 
+    def sample_losses(self, batch: dict) -> Tensor:
+        """Each example's cross-entropy (their mean is :meth:`training_step`'s loss): what a cohort of clients
+        (``trainer.cohort``, fl_lightning/cohort.py) weighs with each client's row mask."""
+        return F.cross_entropy(self(batch[self.input_key]), batch["y"], reduction="none")
+
     def sampled_label_loss(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """Cross-entropy against labels drawn from the model's own softmax, ŷ ~ softmax(f(x)): the loss whose
         gradient feeds Sophia's Gauss–Newton–Bartlett estimator (Liu et al., "Sophia", ICLR 2024, arXiv 2305.14342,

@@ -231,6 +231,21 @@ class Part:
         return {}
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float] | None: ...
 
+    # trainer.cohort (fl_lightning/cohort.py): True: the per-step hooks have batched forms over K clients' stacked
+    # tensors (below); a part without per-step hooks runs in a cohort as it is
+    batched: bool = False
+
+    def cohort_start(self, cohort) -> None:
+        """(``batched``) After every client of the cohort started (``client_start``): gather what the step hooks read
+        from each client's slot into stacked tensors (leading dimension: the client)."""
+    def cohort_after_backward(self, cohort) -> None:
+        """(``batched``) ``after_backward`` for the cohort: ``cohort.params[n].grad`` is (K, ...); a client not in
+        ``cohort.active`` has a zero gradient and its rows are restored after the step."""
+    def cohort_after_step(self, cohort) -> None:
+        """(``batched``) ``after_step`` for the cohort, on ``cohort.params`` (K, ...)."""
+    def cohort_end(self, cohort, i: int, client: ClientContext) -> None:
+        """(``batched``) Client ``i``'s rows back into its own slot, just before its ``client_end``."""
+
     provides_optimizer: bool = False  # True: the part that builds client.optimizer (the strategy's required slot)
     # True: the part's per-step hooks read and write only tensors that stay the same memory for the run (its own
     # buffers filled in place, the server's tensors), so trainer.compile=graphs may replay them (graphed_step.py)

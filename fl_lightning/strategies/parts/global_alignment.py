@@ -49,6 +49,7 @@ from ..records import Field, Record
 
 
 class GlobalAlignment(Part):
+    batched = True  # trainer.cohort: the same Δ_G, broadcast over the clients' stacked parameters
     INITS = ("zero", "grad")
 
     def __init__(self, alpha: Fraction = 0.5, lr: Positive = 1.0, scale_optimizer_lr: bool = True, init: str = "zero",
@@ -141,6 +142,14 @@ class GlobalAlignment(Part):
         slot.step_t = None  # η_r·α as a tensor for a compiled step under a schedule: a float would be a constant,
         if step and self.scheduled:  # recompiled every round
             slot.step_t = torch.tensor(-step, dtype=torch.float64, device=client.params[self.names[0]].device)
+
+    @torch.no_grad()
+    def cohort_after_step(self, cohort) -> None:
+        slot = cohort.clients[0].slot(self)  # η_r·α and Δ_G: the same for every client of the round
+        if not slot.deltas or not slot.step:
+            return
+        params = [cohort.params[n] for n in slot.deltas]
+        torch._foreach_add_(params, [dg.to(p.dtype) for p, dg in zip(params, slot.deltas.values())], alpha=-slot.step)
 
     def graph_inputs(self, client: ClientContext) -> list[Tensor]:
         """What ``after_step`` reads in a replayed step: Δ_G and −η_r·α."""

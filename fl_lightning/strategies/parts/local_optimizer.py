@@ -79,6 +79,39 @@ class LocalOptimizer(Part):
             if flat:
                 import_optimizer_state(client.optimizer, flat)
 
+    def cohort_refusal(self) -> str | None:
+        """Why this optimizer cannot step a cohort's stacked parameters (``trainer.cohort``), or None."""
+        from ...cohort import ELEMENTWISE
+
+        if self.persistent:
+            return "state=persistent: the clients' own optimizer states are not stacked yet"
+        cls = type(self.factory([torch.nn.Parameter(torch.zeros(2, 2))]))
+        if cls.__module__.split(".")[:2] != ["torch", "optim"] or cls.__name__ not in ELEMENTWISE:
+            return f"{cls.__name__} is not an elementwise torch.optim optimizer ({', '.join(ELEMENTWISE)})"
+        return None
+
+    def cohort_optimizer(self, template: torch.optim.Optimizer, hparams: list[list[dict]], stacked: dict,
+                         names: list[str], params: dict) -> torch.optim.Optimizer:
+        """The optimizer over a cohort's stacked parameters (``fl_lightning/cohort.py``): ``template``'s class and
+        groups, each group's settings as every client's start left them (``hparams``, one list per client: the
+        same for all, or refused), its state fresh as :meth:`build` makes it. An elementwise optimizer's step of a
+        row is that client's step."""
+        from ...cohort import KEY
+
+        def same(a, b):
+            return len(a) == len(b) and all(ga.keys() == gb.keys() and all(
+                torch.equal(ga[k], gb[k]) if isinstance(ga[k], torch.Tensor) else ga[k] == gb[k] for k in ga)
+                for ga, gb in zip(a, b))
+        if any(not same(h, hparams[0]) for h in hparams[1:]):
+            raise ConfigError(KEY, "the clients of a round start with different optimizer settings",
+                              "use trainer.cohort=1 for this method")
+        name_of = {id(p): n for n, p in params.items()}
+        groups = [{**h, "params": [stacked[name_of[id(p)]] for p in g["params"]]}
+                  for g, h in zip(template.param_groups, hparams[0])]
+        opt = type(template)(groups)
+        allocate(opt)
+        return opt
+
     class State(Record):
         entry = Field("{}")  # state=persistent: the optimizer's state, flattened (fl_lightning/optim/state.py)
 

@@ -19,6 +19,8 @@ from ..base import ClientContext, Part
 
 
 class ProximalTerm(Part):
+    batched = True  # trainer.cohort: the same term on the stacked parameters
+
     def __init__(self, mu: NonNegative = 0.01):
         self.mu = float(mu)
 
@@ -39,3 +41,12 @@ class ProximalTerm(Part):
         diff = torch._foreach_sub([p.detach() for p in params], [a.to(p.dtype) for p, a in pairs])
         torch._foreach_add_([p.grad for p in params], diff, alpha=self.mu)  # g += μ (w − x^r)
 
+
+    @torch.no_grad()
+    def cohort_after_backward(self, cohort) -> None:
+        if not self.mu:
+            return
+        names = [n for n, t in cohort.params.items() if t.grad is not None]
+        ws = [cohort.params[n] for n in names]
+        diff = torch._foreach_sub([w.detach() for w in ws], [cohort.global_params[n].to(w.dtype) for n, w in zip(names, ws)])
+        torch._foreach_add_([w.grad for w in ws], diff, alpha=self.mu)  # g_i += μ (w_i − x^r), x^r broadcast over clients

@@ -38,6 +38,7 @@ from .control_variate import ServerControlVariate
 
 
 class ScaffoldCorrection(ServerControlVariate):
+    batched = True  # trainer.cohort: the clients' corrections stacked, the gradient sums a stacked buffer
     CONTROLS = ("mean_grad", "option2", "last_grad", "option1")
     scratch = ("_zeros", "_acc")  # a never-trained client's c_i, the gradient sum: refilled for each client
 
@@ -97,6 +98,34 @@ class ScaffoldCorrection(ServerControlVariate):
             torch._foreach_copy_([s["acc"][n] for n in names], grads)
         if self.applied:
             torch._foreach_add_(grads, [s["corr"][n] for n in names])
+
+    def cohort_start(self, cohort) -> None:
+        names = list(self.c)
+        slots = [c.slot(self).state for c in cohort.clients]
+        cohort._slots[self.name] = {
+            "corr": {n: torch.stack([s["corr"][n] for s in slots]) for n in names},
+            "acc": ({n: torch.stack([s["acc"][n] for s in slots]) for n in names}
+                    if self.control in ("mean_grad", "last_grad", "option1") else {}),
+        }
+
+    @torch.no_grad()
+    def cohort_after_backward(self, cohort) -> None:
+        st = cohort._slots[self.name]
+        names = [n for n in st["corr"] if cohort.params[n].grad is not None]
+        grads = [cohort.params[n].grad for n in names]
+        if self.control == "mean_grad":  # a finished client's gradient is zero: its sum stays
+            torch._foreach_add_([st["acc"][n] for n in names], grads)
+        elif self.control == "last_grad":  # a finished client keeps its last gradient
+            for n, g in zip(names, grads):
+                st["acc"][n].copy_(torch.where(cohort.mask(g), g, st["acc"][n]))
+        if self.applied:
+            torch._foreach_add_(grads, [st["corr"][n] for n in names])
+
+    def cohort_end(self, cohort, i: int, client: ClientContext) -> None:
+        acc = cohort._slots[self.name]["acc"]
+        s = client.slot(self).state
+        if acc:
+            s["acc"] = {n: a[i] for n, a in acc.items()}
 
     def _lrs(self, client: ClientContext) -> dict[int, float]:
         out = {}

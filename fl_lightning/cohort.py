@@ -1,0 +1,262 @@
+"""Cohort: a round's clients trained K at a time in one batched step (``trainer.cohort=K``).
+
+The sequential loop pays a step's few dozen small kernels once per client. A cohort stacks K clients' trainable
+parameters along a leading client dimension and runs their local steps as one: the forward and backward through
+``torch.func`` (``functional_call`` under ``vmap``, one backward over the sum of the K losses: the clients are
+independent, so each row's gradient is its own client's), the parts' step hooks on the stacked tensors, and the
+local optimizer (an elementwise ``torch.optim`` optimizer) over the stacked parameters, whose update of one row
+reads only that row. K clients' steps cost about one client's launches: the GPU path for the small models of
+cross-device work (docs/benchmarks.md, "Cohort"). On a CPU the sequential loop is faster, so the default is 1.
+
+Each client keeps what makes it itself: its batches come from its own (seed, client, round) stream and are padded to
+the data's batch size with a 0/1 row mask (its loss is the mean over its real rows, as in the sequential step), its
+start and end (state checked out, the parts' ``client_start`` and ``client_end``, the upload) run as in the
+sequential loop, one client at a time, and a client with fewer steps than the others is frozen once it is done (its
+rows of the parameters and optimizer state are kept as they were). The uploads are added in the sequential order,
+so the server's side and the checkpoints are the same; the result equals the sequential run up to the rounding of
+the batched kernels (tests/system/test_cohort.py: 1e-12 relative in float64).
+
+A part runs batched when it has no per-step hooks, or declares ``batched = True`` and implements the cohort hooks
+(:class:`fl_lightning.strategies.base.Part`: ``cohort_start``, ``cohort_after_backward``, ``cohort_after_step``,
+``cohort_end``). A method with a part that cannot, a model without per-example losses (``sample_losses``), with
+dropout or with float buffers (batch norm) is refused in one line naming what stops it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+from torch import Tensor, nn
+
+from .errors import ConfigError, NonFiniteLossError
+from .strategies.base import ClientContext, Part
+
+KEY = "trainer.cohort"
+# torch.optim optimizers whose update of an entry reads only that entry's gradient and state (and shared numbers):
+# run over stacked parameters, each client's rows take exactly the client's own step
+ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad")
+
+
+def part_batches(part: Part) -> bool:
+    """Whether ``part`` can run in a cohort: it declares the cohort hooks, or it has no per-step hooks at all."""
+    if getattr(part, "batched", False):
+        return True
+    hooks = ("before_step", "after_backward", "after_step")
+    return all(getattr(type(part), h) is getattr(Part, h) for h in hooks)
+
+
+def check_cohort(strategy, module: nn.Module, size: int, compiled: bool = False) -> None:
+    """Refuse, in one line naming what stops it, a run that cannot train its clients ``size`` at a time."""
+    if size <= 1:
+        return
+    if compiled:
+        raise ConfigError(KEY, "trainer.compile does not run with a cohort yet",
+                          "use trainer.compile=none with trainer.cohort, or trainer.cohort=1")
+    for p in strategy.parts:
+        if p.provides_optimizer:
+            reason = p.cohort_refusal() if hasattr(p, "cohort_refusal") else "it has no cohort form"
+            if reason:
+                raise ConfigError(KEY, f"method {strategy.name!r}: its local optimizer cannot run batched ({reason})",
+                                  "use trainer.cohort=1")
+        elif not part_batches(p):
+            raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}) has per-step "
+                              "hooks without a batched form", "use trainer.cohort=1 for this method")
+    if not callable(getattr(module, "sample_losses", None)):
+        raise ConfigError(KEY, f"model {type(module).__name__} has no per-example losses (sample_losses)",
+                          "use trainer.cohort=1 for this model")
+    for name, m in module.named_modules():
+        p = getattr(m, "p", None) if "Dropout" in type(m).__name__ else getattr(m, "drop_prob", None)
+        if isinstance(p, float) and p > 0:
+            raise ConfigError(KEY, f"the model's {name or 'root'} ({type(m).__name__}) draws dropout, which a cohort "
+                              "does not draw per client yet", "use trainer.cohort=1, or a model without dropout")
+    floats = [n for n, b in module.named_buffers() if b.is_floating_point()]
+    if floats:
+        raise ConfigError(KEY, f"the model has float buffers ({floats[0]}: batch-norm statistics), which a cohort does "
+                          "not stack", "use trainer.cohort=1, or a model with group norm")
+
+
+class _Losses(nn.Module):
+    """``module.sample_losses`` as a forward, for ``functional_call``."""
+
+    def __init__(self, module: nn.Module):
+        super().__init__()
+        self.m = module
+
+    def forward(self, batch: dict) -> Tensor:
+        return self.m.sample_losses(batch)
+
+
+@dataclass
+class CohortContext:
+    """K clients' round in one batched step: what a part's cohort hooks see. ``params``: the stacked trainable
+    parameters (K, ...) (``.grad`` after backward); ``active``: which clients take this step (a client whose steps
+    are done is frozen); ``step``: the steps taken so far; ``clients``: each client's own context (its slot, state,
+    received tensors), started by the parts' ``client_start``."""
+
+    clients: list[ClientContext]
+    params: dict[str, Tensor]
+    global_params: dict[str, Tensor]
+    active: Tensor
+    step: int = 0
+    _slots: dict[str, object] = field(default_factory=dict, repr=False)
+
+    @property
+    def size(self) -> int:
+        return len(self.clients)
+
+    def mask(self, t: Tensor) -> Tensor:
+        """``active`` shaped to broadcast against a stacked tensor ``t`` (K, ...)."""
+        return self.active.view(-1, *([1] * (t.dim() - 1)))
+
+    def stack(self, per_client: list[Tensor]) -> Tensor:
+        return torch.stack(per_client)
+
+
+class Cohort:
+    """Trains a process's sampled clients ``size`` at a time (see the module docstring); built by the loop."""
+
+    def __init__(self, loop, size: int):
+        self.loop, self.size = loop, int(size)
+        self.losses = _Losses(loop.module)
+        self.names = list(loop.params)
+
+    def train(self, cids: list[int], r: int, received: dict[str, Tensor], lr_f: float) -> Iterator[tuple[int, dict, float]]:
+        """``(client, uploads, mean loss)`` for each of ``cids``, in order."""
+        for i in range(0, len(cids), self.size):
+            yield from self._train_cohort(cids[i:i + self.size], r, received, lr_f)
+
+    # ---------------------------------------------------------------------------------------------- one cohort
+    def _train_cohort(self, cids, r, received, lr_f):
+        loop, strategy = self.loop, self.loop.strategy
+        opt_part = strategy.optimizer_part()
+        clients, hparams = [], []
+        for cid in cids:  # each client's start as in the sequential loop (its state, the parts' per-client values)
+            client = loop.start_client(cid, r, received, lr_f)
+            hparams.append([{k: v for k, v in g.items() if k != "params"} for g in client.optimizer.param_groups])
+            clients.append(client)
+        steps = [c.num_steps for c in clients]
+        K, device = len(clients), loop.device
+        with torch.no_grad():
+            stacked = {n: loop.global_params[n].to(loop.params[n].dtype).expand(K, *loop.params[n].shape).clone()
+                       for n in self.names}
+        for t in stacked.values():
+            t.requires_grad_(True)
+        optimizer = opt_part.cohort_optimizer(clients[-1].optimizer, hparams, stacked, self.names, loop.params)
+        ctx = CohortContext(clients, stacked, loop.global_params, torch.ones(K, dtype=torch.bool, device=device))
+        for p in strategy.parts:
+            if p is not opt_part and getattr(p, "batched", False):
+                p.cohort_start(ctx)
+        streams = [loop.data.client_batches(c.id, r, device, loop.budget) for c in clients]
+        loss_sum = torch.zeros(K, device=device)
+        first = None
+        for k in range(max(steps)):
+            active = [k < s for s in steps]
+            ctx.active = torch.tensor(active, device=device)
+            ctx.step = k
+            batch, mask, count = self._stack_batches([next(s) if a else None for s, a in zip(streams, active)])
+            loss = self._step(ctx, optimizer, batch, mask, count, all(active), opt_part, strategy)
+            loss_sum += torch.where(ctx.active, loss.float(), torch.zeros_like(loss_sum))
+            if k == 0:
+                first = loss
+        out = []
+        means = (loss_sum / torch.tensor([max(1, s) for s in steps], device=device)).tolist()  # one read per cohort
+        firsts = first.tolist() if first is not None else [0.0] * K
+        for i, client in enumerate(clients):
+            mean_loss = means[i]
+            if not torch.isfinite(torch.tensor(mean_loss)):
+                raise NonFiniteLossError(loop._divergence(r, client.id, mean_loss, float(firsts[i])))
+            with torch.no_grad():  # the client's trained weights into the module, where its client_end reads them
+                torch._foreach_copy_([loop.params[n] for n in self.names], [stacked[n][i] for n in self.names])
+            client.step = steps[i]
+            for p in strategy.parts:
+                if p is not opt_part and getattr(p, "batched", False):
+                    p.cohort_end(ctx, i, client)
+            msgs = strategy.client_end(client)
+            loop.store.checkin(client.id, client.state)
+            client.optimizer = None
+            out.append((client.id, msgs, mean_loss))
+        return out
+
+    def _stack_batches(self, batches: list[dict | None]) -> tuple[dict, Tensor, Tensor]:
+        """The clients' batches padded to the data's batch size and stacked (K, B, ...), a 0/1 row mask (K, B) and
+        each client's real row count (a finished client: an all-zero batch, mask 0, count 1)."""
+        services, B = self.loop.services, self.loop.data.batch_size
+        real = [services.cast_floats(b) for b in batches if b is not None]
+        template = real[0]
+        rows = []
+        for b in batches:
+            n = 0 if b is None else len(next(iter(b.values())))
+            B = max(B, n)
+            rows.append(n)
+        out = {}
+        for key, t in template.items():
+            parts = []
+            for b, n in zip(batches, rows):
+                v = services.cast_floats(b)[key] if b is not None else t[:0]
+                if n < B:
+                    v = torch.cat([v, v.new_zeros((B - n, *t.shape[1:]))])
+                parts.append(v)
+            out[key] = torch.stack(parts)
+        device = template[next(iter(template))].device
+        n = torch.tensor(rows, device=device)
+        mask = (torch.arange(B, device=device) < n[:, None])
+        return out, mask, n.clamp(min=1)
+
+    def _step(self, ctx: CohortContext, optimizer, batch: dict, mask: Tensor, count: Tensor, all_active: bool,
+              opt_part, strategy) -> Tensor:
+        loop, stacked = self.loop, ctx.params
+        frozen = None if all_active else self._snapshot(stacked, optimizer)
+
+        def client_loss(params, b, m, c):
+            losses = torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in params.items()}, (b,),
+                                                strict=False)
+            return (losses * m.to(losses.dtype)).sum() / c
+
+        with loop.fabric.autocast():
+            loss = torch.vmap(client_loss, in_dims=(0, 0, 0, 0))(stacked, batch, mask, count)
+        loss.sum().backward()
+        for p in strategy.parts:
+            if p is not opt_part and getattr(p, "batched", False):
+                p.cohort_after_backward(ctx)
+        clip = strategy.grad_clip
+        if clip:
+            self._clip(stacked, float(clip))
+        optimizer.step()
+        for p in strategy.parts:
+            if p is not opt_part and getattr(p, "batched", False):
+                p.cohort_after_step(ctx)
+        for t in stacked.values():
+            t.grad = None
+        if frozen is not None:
+            self._restore(ctx, frozen)
+        return loss.detach()
+
+    @staticmethod
+    @torch.no_grad()
+    def _clip(stacked: dict[str, Tensor], max_norm: float) -> None:
+        """``clip_grad_norm_`` per client: each row's gradient norm over all parameters, scaled to ``max_norm``."""
+        grads = [t.grad for t in stacked.values() if t.grad is not None]
+        K = grads[0].shape[0]
+        norms = torch.stack([g.reshape(K, -1).norm(2, dim=1) for g in grads], dim=1).norm(2, dim=1)
+        coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.view(-1, *([1] * (g.dim() - 1))))
+
+    @staticmethod
+    def _snapshot(stacked: dict[str, Tensor], optimizer) -> list[tuple[Tensor, Tensor]]:
+        """The tensors a step changes whose leading dimension is the client's: parameters and optimizer state."""
+        out = [(t, t.detach().clone()) for t in stacked.values()]
+        K = next(iter(stacked.values())).shape[0]
+        for st in optimizer.state.values():
+            for v in st.values():
+                if isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == K:
+                    out.append((v, v.clone()))
+        return out
+
+    @staticmethod
+    @torch.no_grad()
+    def _restore(ctx: CohortContext, frozen: list[tuple[Tensor, Tensor]]) -> None:
+        """A finished client's rows back as they were before the step."""
+        for t, old in frozen:
+            t.copy_(torch.where(ctx.mask(t), t, old))
