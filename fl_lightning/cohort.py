@@ -30,6 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import ConfigError, NonFiniteLossError
+from .optim.state import export_optimizer_state, import_optimizer_state, is_fresh
 from .strategies.base import ClientContext, Part
 
 KEY = "trainer.cohort"
@@ -76,6 +77,48 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: bool = False)
                           "not stack", "use trainer.cohort=1, or a model with group norm")
 
 
+def load_rows(opt, template, states: list, corrections: list, stacked: dict, names: list, params: dict) -> set:
+    """Each client's optimizer state as its start left it (``states``: a flat export, None for a fresh one) and its
+    corrections (``Muon.set_correction``), stacked into ``opt`` over the stacked parameters. A per-parameter entry of
+    the parameter's shape is stacked along the client dimension; any other entry (a step count) must be the same for
+    every client of the cohort. Returns the flat keys that were stacked."""
+    rowed: set = set()
+    if any(s is not None for s in states):
+        shapes = {str(i): params[n].shape for i, n in enumerate(_order(template, params))}
+        filled = [s if s is not None else None for s in states]
+        keys = {k for s in filled if s is not None for k in s}
+        flat = {}
+        for key in keys:
+            vals = [s[key] if s is not None else None for s in filled]
+            head = key.split("/", 1)[0]
+            ref = next(v for v in vals if v is not None)
+            if head in shapes and ref.shape == shapes[head]:
+                flat[key] = torch.stack([v if v is not None else torch.zeros_like(ref) for v in vals])
+                rowed.add(key)
+            else:
+                if any(v is not None and not torch.equal(v, ref) for v in vals):
+                    raise ConfigError(KEY, f"the clients of a cohort hold different optimizer counters ({key})",
+                                      "use trainer.cohort=1 for this method")
+                flat[key] = ref
+        import_optimizer_state(opt, flat)
+    if any(corrections):
+        by_param = {id(p): n for n, p in params.items()}
+        corr = {}
+        for p in corrections[next(i for i, c in enumerate(corrections) if c)]:
+            n = by_param[id(p)]
+            rows = [c.get(p) for c in corrections]
+            ref = next(c for c in rows if c is not None)
+            corr[stacked[n]] = torch.stack([c if c is not None else torch.zeros_like(ref) for c in rows])
+        opt.corrections = corr
+    return rowed
+
+
+def _order(opt, params: dict) -> list[str]:
+    """The names of ``opt``'s parameters in its state-dict order."""
+    by_param = {id(p): n for n, p in params.items()}
+    return [by_param[id(p)] for g in opt.param_groups for p in g["params"]]
+
+
 class _Losses(nn.Module):
     """``module.sample_losses`` as a forward, for ``functional_call``."""
 
@@ -116,7 +159,8 @@ class CohortContext:
 class Cohort:
     """Trains a process's sampled clients ``size`` at a time (see the module docstring); built by the loop."""
 
-    def __init__(self, loop, size: int):
+    def __init__(self, loop, size: int, compiled: bool = False):
+        check_cohort(loop.strategy, loop.module, size, compiled)
         self.loop, self.size = loop, int(size)
         self.losses = _Losses(loop.module)
         self.names = list(loop.params)
@@ -130,19 +174,21 @@ class Cohort:
     def _train_cohort(self, cids, r, received, lr_f):
         loop, strategy = self.loop, self.loop.strategy
         opt_part = strategy.optimizer_part()
-        clients, hparams = [], []
-        for cid in cids:  # each client's start as in the sequential loop (its state, the parts' per-client values)
+        K, device = len(cids), loop.device
+        stacked = self._stacked(K)
+        clients, hparams, states, corrections = [], [], [], []
+        for i, cid in enumerate(cids):  # each client's start as in the sequential loop, then its values as row i
             client = loop.start_client(cid, r, received, lr_f)
-            hparams.append([{k: v for k, v in g.items() if k != "params"} for g in client.optimizer.param_groups])
+            opt = client.optimizer
+            with torch.no_grad():  # the weights as its start left them (the global model, or a part's first move)
+                torch._foreach_copy_([stacked[n][i] for n in self.names], [loop.params[n] for n in self.names])
+            hparams.append([{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups])
+            states.append(None if is_fresh(opt) else {k: v.clone() for k, v in export_optimizer_state(opt).items()})
+            corrections.append(dict(getattr(opt, "corrections", None) or {}))
             clients.append(client)
         steps = [c.num_steps for c in clients]
-        K, device = len(clients), loop.device
-        with torch.no_grad():
-            stacked = {n: loop.global_params[n].to(loop.params[n].dtype).expand(K, *loop.params[n].shape).clone()
-                       for n in self.names}
-        for t in stacked.values():
-            t.requires_grad_(True)
         optimizer = opt_part.cohort_optimizer(clients[-1].optimizer, hparams, stacked, self.names, loop.params)
+        load_rows(optimizer, clients[-1].optimizer, states, corrections, stacked, self.names, loop.params)
         ctx = CohortContext(clients, stacked, loop.global_params, torch.ones(K, dtype=torch.bool, device=device))
         for p in strategy.parts:
             if p is not opt_part and getattr(p, "batched", False):
@@ -159,8 +205,12 @@ class Cohort:
             loss_sum += torch.where(ctx.active, loss.float(), torch.zeros_like(loss_sum))
             if k == 0:
                 first = loss
-        out = []
-        means = (loss_sum / torch.tensor([max(1, s) for s in steps], device=device)).tolist()  # one read per cohort
+        flat = {}
+        if optimizer.state:  # each client's optimizer state goes back for the parts that read it at its end
+            order = _order(optimizer, {n: stacked[n] for n in self.names})
+            flat = {k: (v, k.split("/", 1)[0].isdigit() and v.shape == stacked[order[int(k.split("/", 1)[0])]].shape)
+                    for k, v in export_optimizer_state(optimizer).items()}
+        means = [x / max(1, s) for x, s in zip(loss_sum.tolist(), steps)]  # one read per cohort
         firsts = first.tolist() if first is not None else [0.0] * K
         for i, client in enumerate(clients):
             mean_loss = means[i]
@@ -169,14 +219,28 @@ class Cohort:
             with torch.no_grad():  # the client's trained weights into the module, where its client_end reads them
                 torch._foreach_copy_([loop.params[n] for n in self.names], [stacked[n][i] for n in self.names])
             client.step = steps[i]
+            if flat:
+                import_optimizer_state(client.optimizer, {k: (v[i] if rowed else v) for k, (v, rowed) in flat.items()})
             for p in strategy.parts:
                 if p is not opt_part and getattr(p, "batched", False):
                     p.cohort_end(ctx, i, client)
             msgs = strategy.client_end(client)
             loop.store.checkin(client.id, client.state)
             client.optimizer = None
-            out.append((client.id, msgs, mean_loss))
-        return out
+            yield client.id, msgs, mean_loss  # added to the round's sums before the next client ends (an upload may
+                                              # be a view of the one optimizer's state, as in the sequential loop)
+
+    def _stacked(self, K: int) -> dict[str, Tensor]:
+        """The cohort's stacked parameters (K, ...), allocated once per cohort size and refilled for each cohort."""
+        if getattr(self, "_buffers", (0,))[0] != K:
+            params = self.loop.params
+            self._buffers = (K, {n: torch.empty((K, *params[n].shape), dtype=params[n].dtype, device=params[n].device)
+                                 for n in self.names})
+        stacked = self._buffers[1]
+        for t in stacked.values():
+            t.grad = None
+            t.requires_grad_(True)
+        return stacked
 
     def _stack_batches(self, batches: list[dict | None]) -> tuple[dict, Tensor, Tensor]:
         """The clients' batches padded to the data's batch size and stacked (K, B, ...), a 0/1 row mask (K, B) and

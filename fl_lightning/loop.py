@@ -27,7 +27,7 @@ from torch import Tensor
 from . import seeding, signals
 from .checkpoint import Checkpointer, TensorDict, TorchRNG
 from .client_store import ClientStateStore
-from .cohort import Cohort, check_cohort
+from .cohort import Cohort
 from .compiled_step import CompiledStep
 from .strategies import unsaved
 from .errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
@@ -111,11 +111,10 @@ class FederatedLoop:
         self.model_bits = sum(v.numel() * v.element_size() * 8 for v in self.global_params.values())
         # the step every client takes: local_step itself, or compiled once for the run (trainer.compile)
         self.client_step = compile_step(self.local_step) if compile_step is not None else self.local_step
-        self.compiled = compile_step is not None
         if compile_step is not None:
             self.services.eager_under_compile()
         # trainer.cohort: the sampled clients trained K at a time in one batched step (fl_lightning/cohort.py)
-        self.cohort = Cohort(self, cohort) if cohort > 1 else None
+        self.cohort = Cohort(self, cohort, compiled=compile_step is not None) if cohort > 1 else None
         self.round = 0  # rounds completed
         self._stop_signal: int | None = None
         self._first_round = -1  # the round this invocation started at (set by run)
@@ -332,8 +331,6 @@ class FederatedLoop:
         return objects
 
     def setup(self, resume: str | None = None, force: bool = False) -> None:
-        if self.cohort is not None:
-            check_cohort(self.strategy, self.module, self.cohort.size, self.compiled)
         self.strategy.setup(self.server_context())
         self._part_baseline = unsaved.snapshot(self.strategy.parts)  # what the parts hold once set up
         if resume:

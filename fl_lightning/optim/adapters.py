@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
+from .state import touched
 
 __all__ = ["StateAdapter", "SGDAdapter", "AdamAdapter", "adapter_for", "register_adapter"]
 
@@ -119,6 +120,7 @@ class StateAdapter:
     def import_state(self, p: Tensor, values: Mapping[str, Tensor]) -> None:
         if not values:
             return
+        touched(self.opt)
         state = self.opt.state[p]
         if not state:
             state.update(self.init_state(p))

@@ -114,6 +114,10 @@ class Muon(torch.optim.Optimizer):
         for group in self.param_groups:
             check_group(group)
         self.corrections: dict[Tensor, Tensor] = {}
+        self.rows = 0  # trainer.cohort: K > 0 when each param stacks K clients' tensors (fl_lightning/cohort.py)
+
+    # trainer.cohort: the orthogonalized matrices are each client's own rows (``rows``); the rest is elementwise
+    cohort_form = "rows"
 
     # ----------------------------------------------------------------- strategy hooks
     def set_correction(self, corrections: Mapping[Tensor, Tensor] | None) -> None:
@@ -155,8 +159,11 @@ class Muon(torch.optim.Optimizer):
                 raise RuntimeError("Muon does not support sparse gradients")
             lr, wd = group["lr"], group["weight_decay"]
             if group["use_muon"]:  # same-shape matrices are orthogonalized as one batch
-                updates = muon_update([p.grad for p in params], [self.momentum_buffer(p) for p in params],
-                                      group["momentum"], corrections=[self.corrections.get(p) for p in params],
+                grads, bufs = [p.grad for p in params], [self.momentum_buffer(p) for p in params]
+                corrs = [self.corrections.get(p) for p in params]
+                if self.rows:  # a cohort: each client's matrix on its own, all in the same batches
+                    params, grads, bufs, corrs = (_rows(ts, self.rows) for ts in (params, grads, bufs, corrs))
+                updates = muon_update(grads, bufs, group["momentum"], corrections=corrs,
                                       **_direction_args(group), **_lmo_args(group))
                 decoupled_step_foreach(params, updates, lr, wd)
             elif group["aux"] == "adamw":  # a correction enters the gradient (SCAFFOLD style); all tensors at once
@@ -189,6 +196,11 @@ class Muon(torch.optim.Optimizer):
             if any(q is p for q in group["params"]):
                 return group
         raise KeyError("parameter is not managed by this optimizer")
+
+
+def _rows(ts: list, k: int) -> list:
+    """Each stacked tensor's K rows (views), client-major within a tensor; None stays None for every row."""
+    return [None if t is None else t[i] for t in ts for i in range(k)]
 
 
 def _direction_args(group: dict) -> dict:

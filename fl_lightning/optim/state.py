@@ -25,6 +25,8 @@ from ..errors import ConfigError
 
 _PY, _LEN = "#py", "#len"
 _ZEROED: "weakref.WeakKeyDictionary[torch.optim.Optimizer, bool]" = weakref.WeakKeyDictionary()
+# optimizers into which a state adapter imported entries since they were zeroed (is_fresh)
+_TOUCHED: "weakref.WeakKeyDictionary[torch.optim.Optimizer, bool]" = weakref.WeakKeyDictionary()
 
 
 def fresh_entry(opt: torch.optim.Optimizer, p: Tensor, key: str) -> bool:
@@ -32,6 +34,17 @@ def fresh_entry(opt: torch.optim.Optimizer, p: Tensor, key: str) -> bool:
     zeroed by :func:`reset_in_place` (or made by :func:`allocate`) with no state imported since (ask before the
     client's first step)."""
     return key not in opt.state.get(p, {}) or _ZEROED.get(opt, False)
+
+
+def is_fresh(opt: torch.optim.Optimizer) -> bool:
+    """Whether ``opt`` holds what a fresh optimizer holds: no state, or state zeroed by :func:`reset_in_place` (or made
+    by :func:`allocate`) with nothing imported since."""
+    return not any(opt.state.values()) or (_ZEROED.get(opt, False) and not _TOUCHED.get(opt, False))
+
+
+def touched(opt: torch.optim.Optimizer) -> None:
+    """Record that entries were imported into ``opt`` (a state adapter's ``import_state``): not fresh any more."""
+    _TOUCHED[opt] = True
 
 
 def _put(out: dict[str, Tensor], key: str, v: Any, opt) -> None:
@@ -179,6 +192,7 @@ def reset_in_place(opt: torch.optim.Optimizer, fresh: torch.optim.Optimizer) -> 
         _ZEROED[opt] = True
     else:
         opt.state.clear()
+    _TOUCHED.pop(opt, None)
     for k, v in vars(fresh).items():
         if k not in ("param_groups", "state", "defaults") and not k.startswith("_"):
             setattr(opt, k, v)
@@ -200,3 +214,4 @@ def allocate(opt: torch.optim.Optimizer) -> None:
             if not opt.state.get(p):
                 opt.state[p].update(adapter.init_state(p))
     _ZEROED[opt] = True
+    _TOUCHED.pop(opt, None)

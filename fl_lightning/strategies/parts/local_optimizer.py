@@ -83,11 +83,11 @@ class LocalOptimizer(Part):
         """Why this optimizer cannot step a cohort's stacked parameters (``trainer.cohort``), or None."""
         from ...cohort import ELEMENTWISE
 
-        if self.persistent:
-            return "state=persistent: the clients' own optimizer states are not stacked yet"
         cls = type(self.factory([torch.nn.Parameter(torch.zeros(2, 2))]))
-        if cls.__module__.split(".")[:2] != ["torch", "optim"] or cls.__name__ not in ELEMENTWISE:
-            return f"{cls.__name__} is not an elementwise torch.optim optimizer ({', '.join(ELEMENTWISE)})"
+        torch_elementwise = cls.__module__.split(".")[:2] == ["torch", "optim"] and cls.__name__ in ELEMENTWISE
+        if not torch_elementwise and getattr(cls, "cohort_form", None) not in ("elementwise", "rows"):
+            return (f"{cls.__name__} declares no cohort form (an elementwise torch.optim optimizer, or cohort_form = "
+                    "'elementwise' / 'rows')")
         return None
 
     def cohort_optimizer(self, template: torch.optim.Optimizer, hparams: list[list[dict]], stacked: dict,
@@ -108,7 +108,17 @@ class LocalOptimizer(Part):
         name_of = {id(p): n for n, p in params.items()}
         groups = [{**h, "params": [stacked[name_of[id(p)]] for p in g["params"]]}
                   for g, h in zip(template.param_groups, hparams[0])]
-        opt = type(template)(groups)
+        cls = type(template)
+        if getattr(cls, "cohort_form", None) is None:  # torch.optim: its constructor takes complete groups
+            opt = cls(groups)
+        else:  # the groups as the template's constructor made them; its other attributes fresh
+            opt = cls.__new__(cls)
+            torch.optim.Optimizer.__init__(opt, groups, template.defaults)
+            for k, v in vars(template).items():
+                if k not in ("param_groups", "state", "defaults") and not k.startswith("_"):
+                    setattr(opt, k, {} if isinstance(v, dict) else v)
+            if cls.cohort_form == "rows":
+                opt.rows = len(next(iter(stacked.values())))
         allocate(opt)
         return opt
 
