@@ -5,6 +5,8 @@
     python tools/opcount.py --table                                  # every method on the default CNN, markdown
     python tools/opcount.py --table model=vit_tiny method=fedmuon method=fedpac_soap   # those methods on ViT-Tiny
 
+``trainer.cohort=K`` counts per client-step: K clients a round (one cohort), and 2K for the per-client cost.
+
 Runs ``train.py``'s loop in this process (one round of 2 clients) under a ``TorchDispatchMode`` that counts every
 dispatched op except views and allocations, with CUDA's defaults in place of the CPU's: torch.optim's foreach, and
 Newton–Schulz in one zero-padded batch (``ns_batching: auto``);
@@ -74,11 +76,14 @@ def count(overrides: list[str], steps: int, clients: int = 2) -> collections.Cou
 
 
 def per_step(overrides: list[str]) -> tuple[float, float, collections.Counter]:
-    """(ops per local step, ops per client beyond its steps, per-op counts per step)."""
-    a, b, c = count(overrides, 2), count(overrides, 6), count(overrides, 2, clients=4)
-    step = (sum(b.values()) - sum(a.values())) / (4 * 2)  # 4 more steps for each of the 2 clients
-    by_op = collections.Counter({k: (b[k] - a[k]) / 8 for k in set(a) | set(b) if b[k] != a[k]})
-    return step, (sum(c.values()) - sum(a.values())) / 2 - 2 * step, by_op
+    """(ops per local step, ops per client beyond its steps, per-op counts per step). With ``trainer.cohort=K`` a
+    round of K clients (one cohort) and one of 2K: per client-step and per client, what a cohort costs shared by
+    its K clients."""
+    k = next((int(a.split("=", 1)[1]) for a in overrides if a.startswith("trainer.cohort=")), 0) or 2
+    a, b, c = count(overrides, 2, clients=k), count(overrides, 6, clients=k), count(overrides, 2, clients=2 * k)
+    step = (sum(b.values()) - sum(a.values())) / (4 * k)  # 4 more steps for each of the k clients
+    by_op = collections.Counter({n: (b[n] - a[n]) / (4 * k) for n in set(a) | set(b) if b[n] != a[n]})
+    return step, (sum(c.values()) - sum(a.values())) / k - 2 * step, by_op
 
 
 def table(methods: list[str], extra: list[str]) -> None:
