@@ -32,11 +32,9 @@ from torch import Tensor, nn
 from .errors import ConfigError, NonFiniteLossError
 from .optim.state import export_optimizer_state, import_optimizer_state, is_fresh
 from .strategies.base import ClientContext, Part
+from .strategies.parts.local_optimizer import COHORT_KEY
 
-KEY = "trainer.cohort"
-# torch.optim optimizers whose update of an entry reads only that entry's gradient and state (and shared numbers):
-# run over stacked parameters, each client's rows take exactly the client's own step
-ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad")
+KEY = COHORT_KEY
 
 
 def part_batches(part: Part) -> bool:

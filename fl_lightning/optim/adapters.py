@@ -20,6 +20,7 @@ dict, a string) is an error, never a silent drop.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,7 +28,9 @@ import torch
 from torch import Tensor
 
 from ..errors import ConfigError
-from .state import touched
+
+# optimizers into which an adapter imported entries since optim.state zeroed them (optim.state.is_fresh)
+TOUCHED: "weakref.WeakKeyDictionary[torch.optim.Optimizer, bool]" = weakref.WeakKeyDictionary()
 
 __all__ = ["StateAdapter", "SGDAdapter", "AdamAdapter", "adapter_for", "register_adapter"]
 
@@ -120,7 +123,7 @@ class StateAdapter:
     def import_state(self, p: Tensor, values: Mapping[str, Tensor]) -> None:
         if not values:
             return
-        touched(self.opt)
+        TOUCHED[self.opt] = True
         state = self.opt.state[p]
         if not state:
             state.update(self.init_state(p))

@@ -25,8 +25,6 @@ from ..errors import ConfigError
 
 _PY, _LEN = "#py", "#len"
 _ZEROED: "weakref.WeakKeyDictionary[torch.optim.Optimizer, bool]" = weakref.WeakKeyDictionary()
-# optimizers into which a state adapter imported entries since they were zeroed (is_fresh)
-_TOUCHED: "weakref.WeakKeyDictionary[torch.optim.Optimizer, bool]" = weakref.WeakKeyDictionary()
 
 
 def fresh_entry(opt: torch.optim.Optimizer, p: Tensor, key: str) -> bool:
@@ -39,12 +37,9 @@ def fresh_entry(opt: torch.optim.Optimizer, p: Tensor, key: str) -> bool:
 def is_fresh(opt: torch.optim.Optimizer) -> bool:
     """Whether ``opt`` holds what a fresh optimizer holds: no state, or state zeroed by :func:`reset_in_place` (or made
     by :func:`allocate`) with nothing imported since."""
-    return not any(opt.state.values()) or (_ZEROED.get(opt, False) and not _TOUCHED.get(opt, False))
+    from .adapters import TOUCHED
 
-
-def touched(opt: torch.optim.Optimizer) -> None:
-    """Record that entries were imported into ``opt`` (a state adapter's ``import_state``): not fresh any more."""
-    _TOUCHED[opt] = True
+    return not any(opt.state.values()) or (_ZEROED.get(opt, False) and not TOUCHED.get(opt, False))
 
 
 def _put(out: dict[str, Tensor], key: str, v: Any, opt) -> None:
@@ -175,7 +170,7 @@ def reset_in_place(opt: torch.optim.Optimizer, fresh: torch.optim.Optimizer) -> 
                 group[k] = v
         for k in [k for k in group if k not in new]:
             del group[k]
-    from .adapters import adapter_for
+    from .adapters import TOUCHED, adapter_for
 
     if adapter_for(opt).zero_is_fresh:
         tensors = []
@@ -192,7 +187,7 @@ def reset_in_place(opt: torch.optim.Optimizer, fresh: torch.optim.Optimizer) -> 
         _ZEROED[opt] = True
     else:
         opt.state.clear()
-    _TOUCHED.pop(opt, None)
+    TOUCHED.pop(opt, None)
     for k, v in vars(fresh).items():
         if k not in ("param_groups", "state", "defaults") and not k.startswith("_"):
             setattr(opt, k, v)
@@ -204,7 +199,7 @@ def allocate(opt: torch.optim.Optimizer) -> None:
     the fresh one (``zero_is_fresh``), instead of at its first step: the state's tensors exist, and are the same
     objects, from the first step of a run on (a compiled step finds no empty state to guard on; a run's memory is
     allocated up front). Other optimizers are left to create theirs."""
-    from .adapters import adapter_for
+    from .adapters import TOUCHED, adapter_for
 
     adapter = adapter_for(opt)
     if not adapter.zero_is_fresh:
@@ -214,4 +209,4 @@ def allocate(opt: torch.optim.Optimizer) -> None:
             if not opt.state.get(p):
                 opt.state[p].update(adapter.init_state(p))
     _ZEROED[opt] = True
-    _TOUCHED.pop(opt, None)
+    TOUCHED.pop(opt, None)

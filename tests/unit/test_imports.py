@@ -14,7 +14,7 @@ LAYERS = [
     {"codecs", "optim", "data", "checkpoint", "client_store", "recorder", "progress", "report"},
     {"server_opt", "models"},
     {"strategies"},
-    {"loop", "services", "compiled_step", "graphed_step"},
+    {"loop", "services", "compiled_step", "graphed_step", "cohort"},
     {"build"},
     {"cli", "run_dir"},
 ]

@@ -25,6 +25,12 @@ from ..base import ClientContext, Part
 from ..records import Field, Record
 
 
+COHORT_KEY = "trainer.cohort"
+# torch.optim optimizers whose update of an entry reads only that entry's gradient and state (and shared numbers):
+# run over a cohort's stacked parameters (fl_lightning/cohort.py), each client's rows take exactly its own step
+ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad")
+
+
 class LocalOptimizer(Part):
     provides_optimizer = True  # the Strategy's required slot: built before any other part's client_start
 
@@ -81,8 +87,6 @@ class LocalOptimizer(Part):
 
     def cohort_refusal(self) -> str | None:
         """Why this optimizer cannot step a cohort's stacked parameters (``trainer.cohort``), or None."""
-        from ...cohort import ELEMENTWISE
-
         cls = type(self.factory([torch.nn.Parameter(torch.zeros(2, 2))]))
         torch_elementwise = cls.__module__.split(".")[:2] == ["torch", "optim"] and cls.__name__ in ELEMENTWISE
         if not torch_elementwise and getattr(cls, "cohort_form", None) not in ("elementwise", "rows"):
@@ -96,14 +100,12 @@ class LocalOptimizer(Part):
         groups, each group's settings as every client's start left them (``hparams``, one list per client: the
         same for all, or refused), its state fresh as :meth:`build` makes it. An elementwise optimizer's step of a
         row is that client's step."""
-        from ...cohort import KEY
-
         def same(a, b):
             return len(a) == len(b) and all(ga.keys() == gb.keys() and all(
                 torch.equal(ga[k], gb[k]) if isinstance(ga[k], torch.Tensor) else ga[k] == gb[k] for k in ga)
                 for ga, gb in zip(a, b))
         if any(not same(h, hparams[0]) for h in hparams[1:]):
-            raise ConfigError(KEY, "the clients of a round start with different optimizer settings",
+            raise ConfigError(COHORT_KEY, "the clients of a round start with different optimizer settings",
                               "use trainer.cohort=1 for this method")
         name_of = {id(p): n for n, p in params.items()}
         groups = [{**h, "params": [stacked[name_of[id(p)]] for p in g["params"]]}
