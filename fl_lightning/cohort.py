@@ -191,18 +191,21 @@ class Cohort:
         for p in strategy.parts:
             if p is not opt_part and getattr(p, "batched", False):
                 p.cohort_start(ctx)
-        streams = [loop.data.client_batches(c.id, r, device, loop.budget) for c in clients]
+        batches = loop.data.cohort_batches([c.id for c in clients], r, device, loop.budget)
+        if batches is None:  # a transform drawing per batch: each client's own batches, stacked here
+            batches = self._stacked_batches(clients, steps, r)
         loss_sum = torch.zeros(K, device=device)
         first = None
-        for k in range(max(steps)):
-            active = [k < s for s in steps]
-            ctx.active = torch.tensor(active, device=device)
-            ctx.step = k
-            batch, mask, count = self._stack_batches([next(s) if a else None for s, a in zip(streams, active)])
-            loss = self._step(ctx, optimizer, batch, mask, count, all(active), opt_part, strategy)
-            loss_sum += torch.where(ctx.active, loss.float(), torch.zeros_like(loss_sum))
+        for k, (batch, mask, count, active) in enumerate(batches):
+            ctx.active, ctx.step = active, k
+            batch = loop.services.cast_floats(batch)
+            loss = self._step(ctx, optimizer, batch, mask, count, k < min(steps), opt_part, strategy)
+            loss_sum += torch.where(active, loss.float(), 0.0)
             if k == 0:
                 first = loss
+        if first is None or k + 1 != max(steps):  # the data's batches and the clients' step counts disagree
+            raise RuntimeError(f"cohort of clients {[c.id for c in clients]}: the data gave "
+                               f"{0 if first is None else k + 1} steps, the clients take up to {max(steps)}")
         flat = {}
         if optimizer.state:  # each client's optimizer state goes back for the parts that read it at its end
             order = _order(optimizer, {n: stacked[n] for n in self.names})
@@ -240,30 +243,25 @@ class Cohort:
             t.requires_grad_(True)
         return stacked
 
-    def _stack_batches(self, batches: list[dict | None]) -> tuple[dict, Tensor, Tensor]:
-        """The clients' batches padded to the data's batch size and stacked (K, B, ...), a 0/1 row mask (K, B) and
-        each client's real row count (a finished client: an all-zero batch, mask 0, count 1)."""
-        services, B = self.loop.services, self.loop.data.batch_size
-        real = [services.cast_floats(b) for b in batches if b is not None]
-        template = real[0]
-        rows = []
-        for b in batches:
-            n = 0 if b is None else len(next(iter(b.values())))
-            B = max(B, n)
-            rows.append(n)
-        out = {}
-        for key, t in template.items():
-            parts = []
-            for b, n in zip(batches, rows):
-                v = services.cast_floats(b)[key] if b is not None else t[:0]
-                if n < B:
-                    v = torch.cat([v, v.new_zeros((B - n, *t.shape[1:]))])
-                parts.append(v)
-            out[key] = torch.stack(parts)
-        device = template[next(iter(template))].device
-        n = torch.tensor(rows, device=device)
-        mask = (torch.arange(B, device=device) < n[:, None])
-        return out, mask, n.clamp(min=1)
+    def _stacked_batches(self, clients: list[ClientContext], steps: list[int], r: int):
+        """:meth:`FederatedData.cohort_batches` for data whose transform draws per batch: each client's own
+        batches (:meth:`FederatedData.client_batches`), padded to the batch size and stacked, step by step."""
+        loop, device = self.loop, self.loop.device
+        streams = [loop.data.client_batches(c.id, r, device, loop.budget) for c in clients]
+        for k in range(max(steps)):
+            batches = [next(s) if k < n else None for s, n in zip(streams, steps)]
+            template = next(b for b in batches if b is not None)
+            rows = [0 if b is None else len(next(iter(b.values()))) for b in batches]
+            B = max(loop.data.batch_size, *rows)
+            out = {}
+            for key, t in template.items():
+                parts = []
+                for b, n in zip(batches, rows):
+                    v = b[key] if b is not None else t[:0]
+                    parts.append(torch.cat([v, v.new_zeros((B - n, *t.shape[1:]))]) if n < B else v)
+                out[key] = torch.stack(parts)
+            n = torch.tensor(rows, device=device)
+            yield out, torch.arange(B, device=device) < n[:, None], n.clamp(min=1), n > 0
 
     def _step(self, ctx: CohortContext, optimizer, batch: dict, mask: Tensor, count: Tensor, all_active: bool,
               opt_part, strategy) -> Tensor:

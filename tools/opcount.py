@@ -113,7 +113,7 @@ def main(argv: list[str]) -> None:
     print(f"{' '.join(overrides) or '(defaults)'}: {step:.0f} ops per local step, {client:.0f} per client beyond "
           "its steps")
     if by_op:
-        for name, n in ops.most_common(15):
+        for name, n in ops.most_common(40):
             print(f"  {name:32s} {n:7.1f}")
 
 

@@ -66,6 +66,36 @@ class FederatedData:
                 yield self.train.batch(order[start:end], device, g, None if noise is None else noise[:, start:end])
                 start = end
 
+    def cohort_batches(self, clients: list[int], round_idx: int, device, budget: StepBudget):
+        """The batches of a cohort of clients (``trainer.cohort``, fl_lightning/cohort.py), step by step, stacked:
+        ``(batch (K, B, ...), row mask (K, B), real rows (K,), active (K,))``, each client's rows exactly those
+        :meth:`client_batches` yields it (its own (seed, client, round) plan), padded to the batch size ``B``; a
+        client whose steps are done is inactive (mask 0). The K clients' rows are gathered in one ``index_select`` a
+        step. None when the transform draws randomness per batch (the caller stacks the clients' own batches)."""
+        if self.train.transform is not None:
+            return None
+        return self._cohort_batches(clients, round_idx, device, budget)
+
+    def _cohort_batches(self, clients: list[int], round_idx: int, device, budget: StepBudget):
+        plans = [[take.numpy() for take, _ in self._plan(c, seeding.generator(self.seed, seeding.CLIENT_DATA, c,
+                                                                                round_idx + 1), budget, None)]
+                 for c in clients]
+        T, K, B = max(len(p) for p in plans), len(clients), self.batch_size
+        idx, rows = np.zeros((T, K, B), dtype=np.int64), np.zeros((T, K), dtype=np.int64)
+        for i, plan in enumerate(plans):  # host arrays: no kernel per batch
+            for t, take in enumerate(plan):
+                idx[t, i, :len(take)], rows[t, i] = take, len(take)
+        src = self.train.device
+        idx_t = torch.from_numpy(idx).to(src, non_blocking=True)
+        mask = torch.from_numpy(np.arange(B)[None, None, :] < rows[..., None]).to(device, non_blocking=True)
+        count = torch.from_numpy(np.maximum(rows, 1)).to(device, non_blocking=True)
+        active = torch.from_numpy(rows > 0).to(device, non_blocking=True)
+        for t in range(T):
+            flat = idx_t[t].reshape(-1)
+            batch = {k: v.index_select(0, flat).to(device, non_blocking=True).view(K, B, *v.shape[1:])
+                     for k, v in self.train.tensors.items()}
+            yield batch, mask[t], count[t], active[t]
+
     def _plan(self, client: int, g: torch.Generator, budget: StepBudget, draw) -> Iterator[tuple[Tensor, Tensor | None]]:
         """(indices, augmentation randomness or None) per batch, drawn from ``g`` in the order the batches use them:
         shuffled passes wrapping around under ``local_steps``; whole passes under ``local_epochs``, the last batch

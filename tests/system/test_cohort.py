@@ -92,3 +92,14 @@ def test_a_resumed_cohort_run_is_bit_identical_and_checkpoints_cross_over(tmp_pa
             assert all(torch.equal(a[k], b[k]) for k in a)
         else:
             assert _rel(a, b) <= 1e-12
+
+
+def test_augmented_data_keeps_each_clients_draws(tmp_path):
+    """A transform that draws per batch (CIFAR-10's crop and flip, on data.fake images): each client's batches come
+    from its own stream, stacked by the cohort (the other path of the data)."""
+    ov = ["method=fedavg", "data=cifar10", "data.fake=true", "fl.rounds=2", "fl.num_clients=10",
+          "fl.clients_per_round=4", "fl.local_steps=2", "data.batch_size=8", "trainer.precision=64-true"]
+    seq, _, loop = _run(ov, tmp_path, "seq", rounds=2)
+    assert loop.data.train.transform is not None
+    coh, _, _ = _run(ov + ["trainer.cohort=3"], tmp_path, "cohort", rounds=2)
+    assert _rel(seq, coh) <= 1e-12
