@@ -23,6 +23,7 @@ dropout or with float buffers (batch norm) is refused in one line naming what st
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -200,7 +201,7 @@ class Cohort:
             ctx.active, ctx.step = active, k
             batch = loop.services.cast_floats(batch)
             loss = self._step(ctx, optimizer, batch, mask, count, k < min(steps), opt_part, strategy)
-            loss_sum += torch.where(active, loss.float(), 0.0)
+            loss_sum += loss.float()  # a finished client's loss is exactly 0 (no rows: 0 / 1)
             if k == 0:
                 first = loss
         if first is None or k + 1 != max(steps):  # the data's batches and the clients' step counts disagree
@@ -215,7 +216,7 @@ class Cohort:
         firsts = first.tolist() if first is not None else [0.0] * K
         for i, client in enumerate(clients):
             mean_loss = means[i]
-            if not torch.isfinite(torch.tensor(mean_loss)):
+            if not math.isfinite(mean_loss):
                 raise NonFiniteLossError(loop._divergence(r, client.id, mean_loss, float(firsts[i])))
             with torch.no_grad():  # the client's trained weights into the module, where its client_end reads them
                 torch._foreach_copy_([loop.params[n] for n in self.names], [stacked[n][i] for n in self.names])
@@ -261,7 +262,7 @@ class Cohort:
                     parts.append(torch.cat([v, v.new_zeros((B - n, *t.shape[1:]))]) if n < B else v)
                 out[key] = torch.stack(parts)
             n = torch.tensor(rows, device=device)
-            yield out, torch.arange(B, device=device) < n[:, None], n.clamp(min=1), n > 0
+            yield out, (torch.arange(B, device=device) < n[:, None]).float(), n.clamp(min=1), n > 0
 
     def _step(self, ctx: CohortContext, optimizer, batch: dict, mask: Tensor, count: Tensor, all_active: bool,
               opt_part, strategy) -> Tensor:
@@ -271,7 +272,7 @@ class Cohort:
         def client_loss(params, b, m, c):
             losses = torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in params.items()}, (b,),
                                                 strict=False)
-            return (losses * m.to(losses.dtype)).sum() / c
+            return (losses * m).sum() / c
 
         with loop.fabric.autocast():
             loss = torch.vmap(client_loss, in_dims=(0, 0, 0, 0))(stacked, batch, mask, count)

@@ -68,7 +68,7 @@ class FederatedData:
 
     def cohort_batches(self, clients: list[int], round_idx: int, device, budget: StepBudget):
         """The batches of a cohort of clients (``trainer.cohort``, fl_lightning/cohort.py), step by step, stacked:
-        ``(batch (K, B, ...), row mask (K, B), real rows (K,), active (K,))``, each client's rows exactly those
+        ``(batch (K, B, ...), 0/1 row mask (K, B), real rows (K,), active (K,))``, each client's rows exactly those
         :meth:`client_batches` yields it (its own (seed, client, round) plan), padded to the batch size ``B``; a
         client whose steps are done is inactive (mask 0). The K clients' rows are gathered in one ``index_select`` a
         step. None when the transform draws randomness per batch (the caller stacks the clients' own batches)."""
@@ -87,7 +87,8 @@ class FederatedData:
                 idx[t, i, :len(take)], rows[t, i] = take, len(take)
         src = self.train.device
         idx_t = torch.from_numpy(idx).to(src, non_blocking=True)
-        mask = torch.from_numpy(np.arange(B)[None, None, :] < rows[..., None]).to(device, non_blocking=True)
+        mask = torch.from_numpy((np.arange(B)[None, None, :] < rows[..., None]).astype(np.float32)).to(device,
+                                                                                                   non_blocking=True)
         count = torch.from_numpy(np.maximum(rows, 1)).to(device, non_blocking=True)
         active = torch.from_numpy(rows > 0).to(device, non_blocking=True)
         for t in range(T):
