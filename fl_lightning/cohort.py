@@ -119,14 +119,16 @@ def _order(opt, params: dict) -> list[str]:
 
 
 class _Losses(nn.Module):
-    """``module.sample_losses`` as a forward, for ``functional_call``."""
+    """``module.sample_outputs`` (or, for a model without it, ``module.sample_losses``) as a forward, for
+    ``functional_call``."""
 
     def __init__(self, module: nn.Module):
         super().__init__()
         self.m = module
+        self.split = callable(getattr(module, "sample_outputs", None))
 
     def forward(self, batch: dict) -> Tensor:
-        return self.m.sample_losses(batch)
+        return self.m.sample_outputs(batch) if self.split else self.m.sample_losses(batch)
 
 
 @dataclass
@@ -269,13 +271,16 @@ class Cohort:
         loop, stacked = self.loop, ctx.params
         frozen = None if all_active else self._snapshot(stacked, optimizer)
 
-        def client_loss(params, b, m, c):
-            losses = torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in params.items()}, (b,),
-                                                strict=False)
-            return (losses * m).sum() / c
+        def client_outputs(params, b):
+            return torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in params.items()}, (b,), strict=False)
 
         with loop.fabric.autocast():
-            loss = torch.vmap(client_loss, in_dims=(0, 0, 0, 0))(stacked, batch, mask, count)
+            out = torch.vmap(client_outputs)(stacked, batch)  # (K, B, ...): the model under vmap, the loss outside it
+            if self.losses.split:  # the loss of the K*B rows at once (a vmapped cross-entropy takes twice the kernels)
+                K, B = mask.shape
+                flat = {k: v.reshape(K * B, *v.shape[2:]) for k, v in batch.items()}
+                out = loop.module.sample_losses_of(out.reshape(K * B, *out.shape[2:]), flat).view(K, B)
+            loss = (out * mask).sum(1) / count
         loss.sum().backward()
         for p in strategy.parts:
             if p is not opt_part and getattr(p, "batched", False):

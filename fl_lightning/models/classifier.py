@@ -68,7 +68,15 @@ class ClassifierModule(nn.Module):
     def sample_losses(self, batch: dict) -> Tensor:
         """Each example's cross-entropy (their mean is :meth:`training_step`'s loss): what a cohort of clients
         (``trainer.cohort``, fl_lightning/cohort.py) weighs with each client's row mask."""
-        return F.cross_entropy(self(batch[self.input_key]), batch["y"], reduction="none")
+        return self.sample_losses_of(self.sample_outputs(batch), batch)
+
+    def sample_outputs(self, batch: dict) -> Tensor:
+        """The logits of a batch: the part of :meth:`sample_losses` a cohort runs per client (under ``vmap``)."""
+        return self(batch[self.input_key])
+
+    def sample_losses_of(self, logits: Tensor, batch: dict) -> Tensor:
+        """Each example's cross-entropy given its logits: the part a cohort runs on all its clients' rows at once."""
+        return F.cross_entropy(logits, batch["y"], reduction="none")
 
     def sampled_label_loss(self, batch: dict, generator: torch.Generator | None = None) -> Tensor:
         """Cross-entropy against labels drawn from the model's own softmax, ŷ ~ softmax(f(x)): the loss whose
