@@ -304,10 +304,9 @@ class Cohort:
         """``clip_grad_norm_`` per client: each row's gradient norm over all parameters, scaled to ``max_norm``."""
         grads = [t.grad for t in stacked.values() if t.grad is not None]
         K = grads[0].shape[0]
-        norms = torch.stack([g.reshape(K, -1).norm(2, dim=1) for g in grads], dim=1).norm(2, dim=1)
+        norms = torch.linalg.vector_norm(torch.cat([g.reshape(K, -1) for g in grads], dim=1), dim=1)
         coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            g.mul_(coef.view(-1, *([1] * (g.dim() - 1))))
+        torch._foreach_mul_(grads, [coef.view(-1, *([1] * (g.dim() - 1))) for g in grads])  # views: one kernel
 
     @staticmethod
     def _snapshot(stacked: dict[str, Tensor], optimizer) -> list[tuple[Tensor, Tensor]]:
