@@ -163,6 +163,10 @@ class Cohort:
     def __init__(self, loop, size: int, compiled: bool = False):
         check_cohort(loop.strategy, loop.module, size, compiled)
         self.loop, self.size = loop, int(size)
+        if loop.device.type == "cpu":  # torch has no vmap rule for the CPU's fused attention (it would loop over the
+            for m in loop.module.modules():  # clients): timm's attention written out instead, batched matmuls
+                if isinstance(getattr(m, "fused_attn", None), bool):
+                    m.fused_attn = False
         self.losses = _Losses(loop.module)
         self.names = list(loop.params)
 
