@@ -143,13 +143,18 @@ class CohortContext:
     global_params: dict[str, Tensor]
     active: Tensor
     step: int = 0
+    optimizer: torch.optim.Optimizer | None = None  # the local optimizer over ``params``
+    batch: dict | None = None  # the step's stacked batch (K, B, ...), its 0/1 row mask and real rows, during the hooks
+    mask: Tensor | None = None
+    count: Tensor | None = None
+    services: object | None = None  # the cohort: hvp over the stacked batch (Cohort.hvp)
     _slots: dict[str, object] = field(default_factory=dict, repr=False)
 
     @property
     def size(self) -> int:
         return len(self.clients)
 
-    def mask(self, t: Tensor) -> Tensor:
+    def active_like(self, t: Tensor) -> Tensor:
         """``active`` shaped to broadcast against a stacked tensor ``t`` (K, ...)."""
         return self.active.view(-1, *([1] * (t.dim() - 1)))
 
@@ -194,7 +199,8 @@ class Cohort:
         steps = [c.num_steps for c in clients]
         optimizer = opt_part.cohort_optimizer(clients[-1].optimizer, hparams, stacked, self.names, loop.params)
         load_rows(optimizer, clients[-1].optimizer, states, corrections, stacked, self.names, loop.params)
-        ctx = CohortContext(clients, stacked, loop.global_params, torch.ones(K, dtype=torch.bool, device=device))
+        ctx = CohortContext(clients, stacked, loop.global_params, torch.ones(K, dtype=torch.bool, device=device),
+                            optimizer=optimizer, services=self)
         for p in strategy.parts:
             if p is not opt_part and getattr(p, "batched", False):
                 p.cohort_start(ctx)
@@ -203,13 +209,21 @@ class Cohort:
             batches = self._stacked_batches(clients, steps, r)
         loss_sum = torch.zeros(K, device=device)
         first = None
+        ends: dict[int, list[int]] = {}
+        for i, s in enumerate(steps):
+            ends.setdefault(s, []).append(i)
+        finished: dict[int, dict] = {}
         for k, (batch, mask, count, active) in enumerate(batches):
-            ctx.active, ctx.step = active, k
             batch = loop.services.cast_floats(batch)
+            ctx.active, ctx.step, ctx.batch, ctx.mask, ctx.count = active, k, batch, mask, count
             loss = self._step(ctx, optimizer, batch, mask, count, k < min(steps), opt_part, strategy)
             loss_sum += loss.float()  # a finished client's loss is exactly 0 (no rows: 0 / 1)
             if k == 0:
                 first = loss
+            if k + 1 in ends and k + 1 < max(steps) and optimizer.state:  # clients done before the others: the
+                counters = self._counters(optimizer, stacked)  # optimizer's shared counters (Adam's step) as theirs
+                for i in ends[k + 1]:
+                    finished[i] = counters
         if first is None or k + 1 != max(steps):  # the data's batches and the clients' step counts disagree
             raise RuntimeError(f"cohort of clients {[c.id for c in clients]}: the data gave "
                                f"{0 if first is None else k + 1} steps, the clients take up to {max(steps)}")
@@ -228,7 +242,9 @@ class Cohort:
                 torch._foreach_copy_([loop.params[n] for n in self.names], [stacked[n][i] for n in self.names])
             client.step = steps[i]
             if flat:
-                import_optimizer_state(client.optimizer, {k: (v[i] if rowed else v) for k, (v, rowed) in flat.items()})
+                own = finished.get(i, {})
+                import_optimizer_state(client.optimizer, {k: (v[i] if rowed else own.get(k, v))
+                                                          for k, (v, rowed) in flat.items()})
             for p in strategy.parts:
                 if p is not opt_part and getattr(p, "batched", False):
                     p.cohort_end(ctx, i, client)
@@ -302,6 +318,10 @@ class Cohort:
             self._restore(ctx, frozen)
         return loss.detach()
 
+    def _counters(self, optimizer, stacked: dict[str, Tensor]) -> dict[str, Tensor]:
+        """The entries of the optimizer's state that are not one row per client (step counts), copied."""
+        return {k: v.clone() for k, v in export_optimizer_state(optimizer).items() if v.dim() == 0}
+
     @staticmethod
     @torch.no_grad()
     def _clip(stacked: dict[str, Tensor], max_norm: float) -> None:
@@ -328,4 +348,4 @@ class Cohort:
     def _restore(ctx: CohortContext, frozen: list[tuple[Tensor, Tensor]]) -> None:
         """A finished client's rows back as they were before the step."""
         for t, old in frozen:
-            t.copy_(torch.where(ctx.mask(t), t, old))
+            t.copy_(torch.where(ctx.active_like(t), t, old))

@@ -117,7 +117,7 @@ class ScaffoldCorrection(ServerControlVariate):
             torch._foreach_add_([st["acc"][n] for n in names], grads)
         elif self.control == "last_grad":  # a finished client keeps its last gradient
             for n, g in zip(names, grads):
-                st["acc"][n].copy_(torch.where(cohort.mask(g), g, st["acc"][n]))
+                st["acc"][n].copy_(torch.where(cohort.active_like(g), g, st["acc"][n]))
         if self.applied:
             torch._foreach_add_(grads, [st["corr"][n] for n in names])
 

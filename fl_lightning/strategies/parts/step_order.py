@@ -30,6 +30,7 @@ from ..base import ClientContext, Part
 
 
 class MuonStepOrder(Part):
+    batched = True  # trainer.cohort: the clients at their last step keep their Muon rows (the momentum absorbs)
     ORDERS = ("alg1", "standard")
 
     def __init__(self, order: str = "alg1"):
@@ -78,3 +79,23 @@ class MuonStepOrder(Part):
         if lrs is not None:
             for g, lr in zip(self._muon_groups(client), lrs):
                 g["lr"] = lr
+
+    @torch.no_grad()
+    def cohort_after_backward(self, cohort) -> None:
+        last = [cohort.step == c.num_steps - 1 for c in cohort.clients]  # host numbers: no sync
+        slot = cohort._slots.setdefault(self.name, {})
+        slot["kept"] = None
+        if self.order != "alg1" or not any(last):
+            return
+        muon = [p for g in cohort.optimizer.param_groups if g["use_muon"] for p in g["params"]]
+        mask = torch.tensor(last, device=muon[0].device)
+        slot["kept"] = (mask, [(p, p.clone()) for p in muon])
+
+    @torch.no_grad()
+    def cohort_after_step(self, cohort) -> None:
+        kept = cohort._slots.get(self.name, {}).get("kept")
+        if kept is None:
+            return
+        mask, saved = kept
+        for p, old in saved:  # Alg. 1 line 5: the last step's gradient into M, X_tau unmoved
+            p.copy_(torch.where(mask.view(-1, *([1] * (p.dim() - 1))), old, p))
