@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import ConfigError, NonFiniteLossError
+from .services import twice_differentiable
 from .optim.state import export_optimizer_state, import_optimizer_state, is_fresh
 from .strategies.base import ClientContext, Part
 from .strategies.parts.local_optimizer import COHORT_KEY
@@ -216,6 +217,8 @@ class Cohort:
         for k, (batch, mask, count, active) in enumerate(batches):
             batch = loop.services.cast_floats(batch)
             ctx.active, ctx.step, ctx.batch, ctx.mask, ctx.count = active, k, batch, mask, count
+            for c, n in zip(clients, steps):  # the steps each client has done (what its sequential hooks see)
+                c.step = min(k, n)
             loss = self._step(ctx, optimizer, batch, mask, count, k < min(steps), opt_part, strategy)
             loss_sum += loss.float()  # a finished client's loss is exactly 0 (no rows: 0 / 1)
             if k == 0:
@@ -291,16 +294,7 @@ class Cohort:
         loop, stacked = self.loop, ctx.params
         frozen = None if all_active else self._snapshot(stacked, optimizer)
 
-        def client_outputs(params, b):
-            return torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in params.items()}, (b,), strict=False)
-
-        with loop.fabric.autocast():
-            out = torch.vmap(client_outputs)(stacked, batch)  # (K, B, ...): the model under vmap, the loss outside it
-            if self.losses.split:  # the loss of the K*B rows at once (a vmapped cross-entropy takes twice the kernels)
-                K, B = mask.shape
-                flat = {k: v.reshape(K * B, *v.shape[2:]) for k, v in batch.items()}
-                out = loop.module.sample_losses_of(out.reshape(K * B, *out.shape[2:]), flat).view(K, B)
-            loss = (out * mask).sum(1) / count
+        loss = self.client_losses(stacked, batch, mask, count)
         loss.sum().backward()
         for p in strategy.parts:
             if p is not opt_part and getattr(p, "batched", False):
@@ -317,6 +311,33 @@ class Cohort:
         if frozen is not None:
             self._restore(ctx, frozen)
         return loss.detach()
+
+    def client_losses(self, params: dict[str, Tensor], batch: dict, mask: Tensor, count: Tensor) -> Tensor:
+        """Each client's loss at its rows of ``params`` (K, ...): the mean over its real rows of the batch (K, B, ...),
+        as its sequential step's loss. The model under ``vmap``; its per-example loss on all K*B rows at once when it
+        splits them (``sample_outputs`` / ``sample_losses_of``: a vmapped cross-entropy takes twice the kernels)."""
+        def client_outputs(ps, b):
+            return torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in ps.items()}, (b,), strict=False)
+
+        with self.loop.fabric.autocast():
+            out = torch.vmap(client_outputs)(params, batch)
+            if self.losses.split:
+                K, B = mask.shape
+                flat = {k: v.reshape(K * B, *v.shape[2:]) for k, v in batch.items()}
+                out = self.loop.module.sample_losses_of(out.reshape(K * B, *out.shape[2:]), flat).view(K, B)
+            return (out * mask).sum(1) / count
+
+    def hvp(self, cohort: CohortContext, vector: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Each client's Hessian-vector product ∇²f_i · v_i at its rows, on the step's batch (double backward; the
+        clients' losses are independent, so one product of their sum is every client's)."""
+        names = [n for n in self.names if n in vector]
+        params = {n: cohort.params[n].detach().requires_grad_(True) for n in self.names}
+        with twice_differentiable():
+            loss = self.client_losses(params, cohort.batch, cohort.mask, cohort.count).sum()
+            grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True)
+            dot = sum((g * vector[n].to(g.dtype)).sum() for n, g in zip(names, grads))
+            hv = torch.autograd.grad(dot, [params[n] for n in names])
+        return {n: h.detach() for n, h in zip(names, hv)}
 
     def _counters(self, optimizer, stacked: dict[str, Tensor]) -> dict[str, Tensor]:
         """The entries of the optimizer's state that are not one row per client (step counts), copied."""

@@ -13,7 +13,7 @@ from tests.helpers.cli import build_error, build_loop, cli_in_process, saved_mod
 # a CPU with native bf16 rounds differently in a batch of another size)
 NS64 = ["method.ns_dtype=null"]
 BATCHED = {"fedavg": [], "fedprox": [], "fedavgm": [], "fedadam": [], "fedyogi": [], "scaffold": [],
-           "fedsmu": [], "fedlion": [], "fedmuon": NS64, "fedmuon_avg": NS64, "fedmuon_bc": [], "local_muon": [], "fedpac_muon": NS64}
+           "fedsmu": [], "fedlion": [], "fedpac_sophia": [], "local_sophia": [], "fedmuon": NS64, "fedmuon_avg": NS64, "fedmuon_bc": [], "local_muon": [], "fedpac_muon": NS64}
 # unequal clients (Dirichlet sizes under local epochs: unequal step counts and a short last batch), a schedule,
 # and 5 clients a round in cohorts of 4 (K does not divide the round)
 SETTING = ["fl.rounds=3", "fl.num_clients=10", "fl.clients_per_round=5", "fl.local_steps=null", "fl.local_epochs=1",
@@ -64,7 +64,8 @@ def test_per_client_clipping_and_fixed_steps(tmp_path):
 
 
 @pytest.mark.parametrize("overrides,needle", [
-    (["method=fedpac_sophia"], "part 'hessian' (SophiaHessian) has per-step hooks without a batched form"),
+    (["method=fedpac_sophia", "method.parts.hessian.estimator=gnb"],
+     "part 'hessian' (SophiaHessian) has per-step hooks without a batched form"),
     (["method=fedavg", "optimizer=soap"], "SOAP declares no cohort form"),
     (["method=fedavg", "trainer.compile=step"], "trainer.compile does not run with a cohort yet"),
 ])

@@ -49,6 +49,9 @@ class SophiaHessian(Part):
             raise ConfigError("counter", f"unknown counter {counter!r}", f"use one of {', '.join(self.COUNTERS)}")
         self.counter = counter
         self.estimator, self.every, self.probes = estimator, every, probes
+        # trainer.cohort: Hutchinson and the empirical estimate run batched (each client's probes from its own
+        # stream, one Hessian-vector product for the cohort); GNB draws labels per client: not batched
+        self.batched = estimator != "gnb"
 
     class State(Record):
         steps = Field("steps")  # counter=client: the local steps this client took in its earlier rounds
@@ -111,3 +114,35 @@ class SophiaHessian(Part):
             return
         est = self.estimate(client)
         client.optimizer.update_hessian({client.params[n]: h for n, h in est.items()})
+
+    @torch.no_grad()
+    def cohort_after_backward(self, cohort) -> None:
+        """The clients whose step k is a refresh step (their own counters) get ĥ at their rows; the others' curvature
+        EMA rows stay as they were."""
+        refresh = [cohort.step < c.num_steps and (c.slot(self).t0 + cohort.step + 1) % self.every == 0
+                   for c in cohort.clients]
+        if not any(refresh):
+            return
+        params = cohort.params
+        if self.estimator == "empirical":
+            est = {n: t.grad.detach().square() for n, t in params.items() if t.grad is not None}
+        else:
+            est = {n: torch.zeros_like(t) for n, t in params.items()}
+            for _ in range(self.probes):  # each client's probes from its own stream, in the sequential order
+                u = {n: torch.zeros_like(t) for n, t in params.items()}
+                for i, c in enumerate(cohort.clients):
+                    if refresh[i]:
+                        gen = self._generator(c)
+                        for n, t in params.items():
+                            u[n][i] = (torch.randint(0, 2, t.shape[1:], generator=gen, device=t.device) * 2 - 1).to(t.dtype)
+                with torch.enable_grad():
+                    hv = cohort.services.hvp(cohort, u)
+                for n in est:
+                    est[n].add_(u[n] * hv[n], alpha=1.0 / self.probes)
+        opt = cohort.optimizer
+        mask = torch.tensor(refresh, device=next(iter(params.values())).device)
+        kept = {p: opt._state(p)["hessian"].clone() for p in (params[n] for n in est)}
+        opt.update_hessian({params[n]: h for n, h in est.items()})
+        for p, old in kept.items():
+            h = opt._state(p)["hessian"]
+            h.copy_(torch.where(mask.view(-1, *([1] * (h.dim() - 1))), h, old))
