@@ -4,10 +4,12 @@ independent computation here: another code path (one client's module and optimiz
 equations."""
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-from tests.helpers.cli import build_error, build_loop, cli_in_process, saved_model
+from tests.helpers.cli import CONF, build_error, build_loop, cli_in_process, make_cfg, saved_model
 
 # the methods that run batched, with the keys that make their Newton-Schulz exact in float64 (the automatic bf16 of
 # a CPU with native bf16 rounds differently in a batch of another size)
@@ -41,6 +43,35 @@ def test_a_cohort_equals_the_sequential_clients_in_float64(method, tmp_path):
     assert cloop.cohort is not None and cloop.cohort.size == 4
     assert _rel(seq, coh) <= 1e-12
     assert seq_loss == pytest.approx(coh_loss, rel=1e-12)
+
+
+METHODS = sorted(f[:-5] for f in os.listdir(os.path.join(CONF, "method")) if f.endswith(".yaml"))
+# the methods refused, and the part or optimizer the one line names
+REFUSED = {"adam_biclip": "part 'clip' (BiClip)", "fafed": "part 'storm' (SharedAdaptiveStorm)",
+           "fed_sophia": "Sophia's per-client counter 'step'", "fedavg_vr": "part 'direction' (MomentumCorrection)",
+           "padamfed": "part 'direction' (MomentumCorrection)", "padamfed_vr": "part 'direction' (MomentumCorrection)",
+           "scaffold_m": "part 'direction' (MomentumCorrection)", "scaffold_vr": "part 'direction' (MomentumCorrection)",
+           "scallion": "part 'scallion' (Scallion)", "fedavg_adam": "Adam's per-client counter 'step'",
+           "scaffold_adam": "Adam's per-client counter 'step'", "local_soap": "SOAP declares no cohort form",
+           **{m: "SOAP declares no cohort form" for m in ("fedpac_soap", "fedpac_soap_align_only",
+                                                       "fedpac_soap_correct_only", "fedpac_soap_light")}}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_runs_batched_exactly_or_is_refused_in_one_line(method, tmp_path):
+    """All of the package's methods: a cohort equals the sequential clients (float64, unequal clients, a schedule,
+    K not dividing the round: 1e-12, or 1e-10 for the Adam-family methods whose second-moment square roots amplify
+    the last bits), or the method is refused at build in one line naming what stops it."""
+    ov = [f"method={method}", "trainer.precision=64-true", *SETTING[1:], "fl.rounds=2", "fl.num_clients=8"]
+    if "ns_dtype" in make_cfg(ov, tmp_path / "cfg").method:
+        ov.append("method.ns_dtype=null")
+    if method in REFUSED:
+        msg = build_error(ov + ["trainer.cohort=3"], tmp_path / "refused")
+        assert msg.startswith("config error: trainer.cohort: ") and REFUSED[method] in msg and "\n" not in msg
+        return
+    seq, _, _ = _run(ov, tmp_path, "seq", rounds=2)
+    coh, _, _ = _run(ov + ["trainer.cohort=3"], tmp_path, "cohort", rounds=2)
+    assert _rel(seq, coh) <= 1e-10
 
 
 @pytest.mark.parametrize("method,extra", [("fedavg", []), ("scaffold", []), ("fedmuon", ["method.ns_dtype=float32"])])

@@ -87,7 +87,17 @@ class LocalOptimizer(Part):
 
     def cohort_refusal(self) -> str | None:
         """Why this optimizer cannot step a cohort's stacked parameters (``trainer.cohort``), or None."""
-        cls = type(self.factory([torch.nn.Parameter(torch.zeros(2, 2))]))
+        probe = torch.nn.Parameter(torch.zeros(2, 2))
+        opt = self.factory([probe])
+        cls = type(opt)
+        if self.persistent:  # the clients' own counters (Adam's step) differ with their rounds: one row each is not
+            probe.grad = torch.zeros_like(probe)  # what an optimizer's shared 0-d counter can hold
+            opt.step()
+            counters = [k for st in opt.state.values() for k, v in st.items()
+                        if isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.dim() == 0)]
+            if counters:
+                return (f"state=persistent with {cls.__name__}'s per-client counter {counters[0]!r}, which differs "
+                        "between clients that trained in different rounds")
         torch_elementwise = cls.__module__.split(".")[:2] == ["torch", "optim"] and cls.__name__ in ELEMENTWISE
         if not torch_elementwise and getattr(cls, "cohort_form", None) not in ("elementwise", "rows"):
             return (f"{cls.__name__} declares no cohort form (an elementwise torch.optim optimizer, or cohort_form = "
