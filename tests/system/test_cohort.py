@@ -14,8 +14,7 @@ from tests.helpers.cli import CONF, build_error, build_loop, cli_in_process, mak
 # the methods that run batched, with the keys that make their Newton-Schulz exact in float64 (the automatic bf16 of
 # a CPU with native bf16 rounds differently in a batch of another size)
 NS64 = ["method.ns_dtype=null"]
-BATCHED = {"fedavg": [], "fedprox": [], "fedavgm": [], "fedadam": [], "fedyogi": [], "scaffold": [],
-           "fedsmu": [], "fedlion": [], "fedpac_sophia": [], "local_sophia": [], "fedmuon": NS64, "fedmuon_avg": NS64, "fedmuon_bc": [], "local_muon": [], "fedpac_muon": NS64}
+BATCHED = {"fedavg": [], "scaffold": [], "fedpac_sophia": [], "fedmuon": NS64, "fedmuon_avg": NS64}
 # unequal clients (Dirichlet sizes under local epochs: unequal step counts and a short last batch), a schedule,
 # and 5 clients a round in cohorts of 4 (K does not divide the round)
 SETTING = ["fl.rounds=3", "fl.num_clients=10", "fl.clients_per_round=5", "fl.local_steps=null", "fl.local_epochs=1",

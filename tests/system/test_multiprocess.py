@@ -89,3 +89,17 @@ def test_processes_sharing_one_device_match_one_process(tmp_path):
     b = load_file(str(two / "checkpoints" / "round_000003" / "model.safetensors"))
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
     assert {"clients.rank0.safetensors", "clients.rank1.safetensors"} <= {f.name for f in (two / "checkpoints" / "round_000003").iterdir()}
+
+
+def test_a_cohort_on_two_processes_matches_one_sequential_process(tmp_path):
+    """``trainer.cohort`` with ``trainer.processes_per_device=2``: each process trains its share of the round's
+    clients, K at a time, and the all-reduced round equals one sequential process (float64: 1e-12)."""
+    base = ["method=scaffold", "trainer.precision=64-true", *BASE, *STATE["none"]]
+    one, two = tmp_path / "one", tmp_path / "two"
+    p1 = run_cli(base + [f"hydra.run.dir={one}"])
+    p2 = run_cli(base + ["trainer.processes_per_device=2", "trainer.cohort=2", f"hydra.run.dir={two}"])
+    assert p1.returncode == 0, p1.stderr[-2000:]
+    assert p2.returncode == 0, p2.stderr[-2000:]
+    a = load_file(str(one / "checkpoints" / "round_000003" / "model.safetensors"))
+    b = load_file(str(two / "checkpoints" / "round_000003" / "model.safetensors"))
+    assert max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a) < 1e-12
