@@ -22,6 +22,7 @@ from . import peers, precision, signals
 from ._compat import import_fabric, set_collective_timeout, starts_processes_from_a_function
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
+from .cohort import check_cohort_memory
 from .compiled_step import CompiledStep
 from .config import check_clients, check_run, config_hash, instantiate, interpolation_source
 from .data import build_federated_data
@@ -236,6 +237,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     if auto_threads_later:  # auto: once, now that the model's size is known (a small model gets one thread)
         apply_threads(cfg, sum(p.numel() for p in module.parameters()) if fabric.device.type == "cpu" else None)
     strategy = build_strategy(cfg.method, checked=True)
+    check_cohort_memory(int(cfg.trainer.cohort), module, available_memory(fabric.device))
     rank, world = fabric.global_rank, fabric.world_size
     offload = cfg.store.offload_dir  # a str (the schema's type), even for a folder whose name reads as a number
     if offload and world > 1:

@@ -119,6 +119,28 @@ def _order(opt, params: dict) -> list[str]:
     return [by_param[id(p)] for g in opt.param_groups for p in g["params"]]
 
 
+# per client: its weights, gradients and up to two optimizer-state tensors per parameter (Adam's moments)
+STACKED_COPIES = 4
+
+
+def check_cohort_memory(size: int, module: nn.Module, available: int | None) -> None:
+    """Refuse, in one line with the memory it would need, a cohort whose K stacked copies of the trainable
+    parameters, gradients and optimizer state (:data:`STACKED_COPIES` per client) do not fit the memory free on the
+    device (``available`` bytes; None: unknown). The activations of K batches come on top."""
+    if size <= 1 or available is None:
+        return
+    per_client = STACKED_COPIES * sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+    if size * per_client > available:
+        fit = max(1, available // max(1, per_client))
+        raise ConfigError(KEY, f"{size} clients stacked need about {_gib(size * per_client)} for their weights, "
+                          f"gradients and optimizer state, and {_gib(available)} is free",
+                          f"use trainer.cohort={min(fit, size - 1)} or less")
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
 class _Losses(nn.Module):
     """``module.sample_outputs`` (or, for a model without it, ``module.sample_losses``) as a forward, for
     ``functional_call``."""

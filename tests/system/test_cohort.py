@@ -156,3 +156,17 @@ def test_vit_tiny_fedmuon(tmp_path):
     coh, _, _ = _run(ov + ["trainer.cohort=3"], tmp_path, "cohort", rounds=2)
     assert 0 < spread < 1e-7
     assert _rel(seq, coh) <= 3 * spread
+
+
+def test_a_cohort_that_does_not_fit_is_one_line(tmp_path, monkeypatch):
+    """K stacked copies of the weights, gradients and optimizer state against the memory free on the device."""
+    from fl_lightning import build
+
+    monkeypatch.setattr(build, "available_memory", lambda device: 3 << 20)  # 3 MiB free
+    msg = build_error(["method=fedavg", "trainer.cohort=16"], tmp_path)
+    assert msg.startswith("config error: trainer.cohort: 16 clients stacked need about") and "3.0 MiB is free" in msg
+    assert "\n" not in msg
+    fit = int(msg.split("fix: use trainer.cohort=")[1].split()[0])
+    loop = build_loop(["method=fedavg"], tmp_path / "r")
+    per_client = 4 * sum(p.numel() * p.element_size() for p in loop.params.values())
+    assert fit * per_client <= 3 << 20 < (fit + 1) * per_client
