@@ -47,13 +47,13 @@ def part_batches(part: Part) -> bool:
     return all(getattr(type(part), h) is getattr(Part, h) for h in hooks)
 
 
-def check_cohort(strategy, module: nn.Module, size: int, compiled: bool = False) -> None:
+def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = None) -> None:
     """Refuse, in one line naming what stops it, a run that cannot train its clients ``size`` at a time."""
     if size <= 1:
         return
-    if compiled:
-        raise ConfigError(KEY, "trainer.compile does not run with a cohort yet",
-                          "use trainer.compile=none with trainer.cohort, or trainer.cohort=1")
+    if compiled == "graphs":
+        raise ConfigError(KEY, "trainer.compile=graphs does not replay a cohort's step yet",
+                          "use trainer.compile=step (or none) with trainer.cohort, or trainer.cohort=1")
     for p in strategy.parts:
         if p.provides_optimizer:
             reason = p.cohort_refusal() if hasattr(p, "cohort_refusal") else "it has no cohort form"
@@ -188,9 +188,16 @@ class CohortContext:
 class Cohort:
     """Trains a process's sampled clients ``size`` at a time (see the module docstring); built by the loop."""
 
-    def __init__(self, loop, size: int, compiled: bool = False):
+    def __init__(self, loop, size: int, compiled: str | None = None, backend: str = "inductor"):
+        """``compiled``: ``trainer.compile`` (``step``: the cohort's forward and backward compiled once, one graph)."""
         check_cohort(loop.strategy, loop.module, size, compiled)
         self.loop, self.size = loop, int(size)
+        self.grads = None
+        if compiled == "step":
+            from .compiled_step import compile_cache
+
+            compile_cache()  # inductor's code cached per CPU ISA under the package's cache folder
+            self.grads = torch.compile(self._grads, backend=backend)
         if loop.device.type == "cpu":  # torch has no vmap rule for the CPU's fused attention (it would loop over the
             for m in loop.module.modules():  # clients): timm's attention written out instead, batched matmuls
                 if isinstance(getattr(m, "fused_attn", None), bool):
@@ -316,8 +323,13 @@ class Cohort:
         loop, stacked = self.loop, ctx.params
         frozen = None if all_active else self._snapshot(stacked, optimizer)
 
-        loss = self.client_losses(stacked, batch, mask, count)
-        loss.sum().backward()
+        if self.grads is not None:  # trainer.compile=step: the gradients as a function, compiled (one graph)
+            grads, loss = self.grads({n: t.detach() for n, t in stacked.items()}, batch, mask, count)
+            for n, t in stacked.items():
+                t.grad = grads[n]
+        else:
+            loss = self.client_losses(stacked, batch, mask, count)
+            loss.sum().backward()
         for p in strategy.parts:
             if p is not opt_part and getattr(p, "batched", False):
                 p.cohort_after_backward(ctx)
@@ -348,6 +360,18 @@ class Cohort:
                 flat = {k: v.reshape(K * B, *v.shape[2:]) for k, v in batch.items()}
                 out = self.loop.module.sample_losses_of(out.reshape(K * B, *out.shape[2:]), flat).view(K, B)
             return (out * mask).sum(1) / count
+
+    def _grads(self, params: dict[str, Tensor], batch: dict, mask: Tensor, count: Tensor):
+        """``(gradients (K, ...), losses (K,))``: each client's loss and its gradient as functions of the stacked
+        parameters (``torch.func.grad_and_value`` under ``vmap``), what ``trainer.compile=step`` compiles."""
+        loss_of = self.loop.module.sample_losses_of if self.losses.split else None
+
+        def one(ps, b, m, c):
+            out = torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in ps.items()}, (b,), strict=False)
+            return ((loss_of(out, b) if loss_of is not None else out) * m).sum() / c
+
+        with self.loop.fabric.autocast():
+            return torch.vmap(torch.func.grad_and_value(one))(params, batch, mask, count)
 
     def hvp(self, cohort: CohortContext, vector: dict[str, Tensor]) -> dict[str, Tensor]:
         """Each client's Hessian-vector product ∇²f_i · v_i at its rows, on the step's batch (double backward; the

@@ -114,7 +114,9 @@ class FederatedLoop:
         if compile_step is not None:
             self.services.eager_under_compile()
         # trainer.cohort: the sampled clients trained K at a time in one batched step (fl_lightning/cohort.py)
-        self.cohort = Cohort(self, cohort, compiled=compile_step is not None) if cohort > 1 else None
+        compiled = getattr(compile_step, "keywords", {})
+        self.cohort = Cohort(self, cohort, compiled=compiled.get("mode", None if compile_step is None else "graphs"),
+                             backend=compiled.get("backend", "inductor")) if cohort > 1 else None
         self.round = 0  # rounds completed
         self._stop_signal: int | None = None
         self._first_round = -1  # the round this invocation started at (set by run)

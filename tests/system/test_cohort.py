@@ -97,11 +97,20 @@ def test_per_client_clipping_and_fixed_steps(tmp_path):
     (["method=fedpac_sophia", "method.parts.hessian.estimator=gnb"],
      "part 'hessian' (SophiaHessian) has per-step hooks without a batched form"),
     (["method=fedavg", "optimizer=soap"], "SOAP declares no cohort form"),
-    (["method=fedavg", "trainer.compile=step"], "trainer.compile does not run with a cohort yet"),
 ])
 def test_what_cannot_run_batched_is_one_line(overrides, needle, tmp_path):
     msg = build_error(overrides + ["trainer.cohort=4"], tmp_path)
     assert msg.startswith("config error: trainer.cohort: ") and needle in msg and "\n" not in msg
+
+
+def test_cuda_graph_replay_of_a_cohort_is_refused_in_one_line(tmp_path):
+    """``trainer.compile=graphs`` (CUDA only, so checked here on the check itself) does not replay a cohort yet."""
+    from fl_lightning.cohort import check_cohort
+    from fl_lightning.errors import ConfigError
+
+    loop = build_loop(["method=fedavg"], tmp_path)
+    with pytest.raises(ConfigError, match="trainer.compile=graphs does not replay a cohort's step yet"):
+        check_cohort(loop.strategy, loop.module, 4, "graphs")
 
 
 def test_a_resumed_cohort_run_is_bit_identical_and_checkpoints_cross_over(tmp_path):
@@ -170,3 +179,24 @@ def test_a_cohort_that_does_not_fit_is_one_line(tmp_path, monkeypatch):
     loop = build_loop(["method=fedavg"], tmp_path / "r")
     per_client = 4 * sum(p.numel() * p.element_size() for p in loop.params.values())
     assert fit * per_client <= 3 << 20 < (fit + 1) * per_client
+
+
+@pytest.mark.parametrize("backend,precision,tol", [("aot_eager", "64-true", 1e-12), ("inductor", "32-true", 1e-5)])
+def test_a_compiled_cohort_equals_the_sequential_clients_and_compiles_once(backend, precision, tol, tmp_path):
+    """``trainer.compile=step``: the cohort's forward and backward are one compiled graph (``torch.func`` gradients
+    under ``vmap``), compiled in the first round and never again (here every cohort has K clients)."""
+    import torch._dynamo
+
+    ov = ["method=scaffold", f"trainer.precision={precision}", "fl.rounds=3", "fl.num_clients=10",
+          "fl.clients_per_round=4", "fl.local_steps=3", "fl.lr_schedule=cosine"]
+    seq, _, _ = _run(ov, tmp_path, "seq")
+    torch._dynamo.reset()
+    loop = build_loop(ov + ["trainer.cohort=4", "trainer.compile=step", f"trainer.compile_backend={backend}"],
+                      tmp_path / "compiled")
+    loop.run_round(0)
+    after_first = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    for r in (1, 2):
+        loop.run_round(r)
+    assert after_first >= 1 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == after_first
+    coh = {k: v.detach().clone() for k, v in loop.global_params.items()}
+    assert _rel(seq, coh) <= tol
