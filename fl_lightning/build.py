@@ -7,9 +7,7 @@ there (:func:`check_device`), a partition's client count (``fl.num_clients=auto`
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
-import json
 import logging
 import os
 import time

@@ -320,7 +320,7 @@ class Cohort:
 
     def _step(self, ctx: CohortContext, optimizer, batch: dict, mask: Tensor, count: Tensor, all_active: bool,
               opt_part, strategy) -> Tensor:
-        loop, stacked = self.loop, ctx.params
+        stacked = ctx.params
         frozen = None if all_active else self._snapshot(stacked, optimizer)
 
         if self.grads is not None:  # trainer.compile=step: the gradients as a function, compiled (one graph)

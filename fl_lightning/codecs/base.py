@@ -21,6 +21,7 @@ from typing import Protocol
 
 from torch import Generator, Tensor
 
+from ..errors import ConfigError
 from ..messages import Msg
 
 
@@ -31,6 +32,17 @@ class Codec(Protocol):
 
     def encode(self, tensor: Tensor, state: MutableMapping[str, Tensor] | None = None,
                rng: Generator | None = None) -> Msg: ...
+
+
+def check_codec(codec, key: str = "codec", example: str = "fl_lightning.codecs.Sign", null: str | None = None) -> None:
+    """The one check that ``codec`` is a codec (has ``encode``), for every part and codec that takes one: a one-line
+    :class:`ConfigError` naming ``key``. ``null``: what ``null`` means there (None: a codec is required)."""
+    if codec is None and null is not None:
+        return
+    if codec is None or isinstance(codec, (str, bytes)) or not callable(getattr(codec, "encode", None)):
+        shown = type(codec).__name__ if not isinstance(codec, (str, bytes, int, float, type(None))) else repr(codec)
+        or_null = f" (or null for {null})" if null is not None else ""
+        raise ConfigError(key, f"expected a codec, got {shown}", f"give a _target_ such as {example}{or_null}")
 
 
 class CodecState(MutableMapping):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from .base import check_codec
 from ..errors import ConfigError
 from ..messages import Msg
 from ..config import NonNegative
@@ -19,9 +20,7 @@ from ..config import NonNegative
 class Clamp:
     def __init__(self, inner, min: NonNegative | None = 0.0,  # noqa: A002 (torch's names)
                  max: NonNegative | None = None):  # noqa: A002
-        if inner is None or isinstance(inner, (str, bytes)) or not hasattr(inner, "encode"):
-            raise ConfigError("inner", f"expected a codec, got {inner!r}",
-                              "give a _target_ such as fl_lightning.codecs.LowRankSVD")
+        check_codec(inner, "inner", "fl_lightning.codecs.LowRankSVD")
         if min is None and max is None:
             raise ConfigError("min", "neither min nor max is set", "set min (e.g. 0.0) and/or max")
         if min is not None and max is not None and float(min) > float(max):

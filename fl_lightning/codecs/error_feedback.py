@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from ..errors import ConfigError
+from .base import check_codec
 from ..messages import Msg
 
 
 class ErrorFeedback:
     def __init__(self, inner):
-        if isinstance(inner, (str, bytes)) or not hasattr(inner, "encode"):
-            raise ConfigError("inner", f"expected a codec, got {type(inner).__name__}",
-                              "give a codec _target_, e.g. fl_lightning.codecs.TopK")
+        check_codec(inner, "inner", "fl_lightning.codecs.TopK")
         self.inner = inner
 
     RESIDUAL = "ef"  # its entry in the codec's state

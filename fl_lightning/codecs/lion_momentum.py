@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..errors import ConfigError
+from .base import check_codec
 from ..messages import Msg
 from ..config import Fraction
 from .sign import Sign
@@ -26,9 +26,7 @@ from .sign import Sign
 
 class LionMomentum:
     def __init__(self, inner=None, beta1: Fraction = 0.9, beta2: Fraction = 0.9):
-        if inner is not None and (isinstance(inner, (str, bytes)) or not hasattr(inner, "encode")):
-            raise ConfigError("inner", f"expected a codec, got {inner!r}",
-                              "give a _target_ such as fl_lightning.codecs.Sign (or null for Sign())")
+        check_codec(inner, "inner", "fl_lightning.codecs.Sign", null="Sign()")
         self.inner = inner if inner is not None else Sign()
         self.beta1, self.beta2 = float(beta1), float(beta2)
 

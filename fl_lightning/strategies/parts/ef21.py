@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ...codecs.base import CodecState
 from ...config import Positive
+from ...codecs.base import check_codec
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
@@ -29,8 +30,7 @@ class EF21Aggregation(Part):
     PARTIAL = ("all", "sampled")
 
     def __init__(self, codec, server_lr: Positive = 1.0, partial: str = "all"):
-        if codec is None or isinstance(codec, (str, bytes)) or not hasattr(codec, "encode"):
-            raise ConfigError("codec", f"expected a codec, got {codec!r}", "give a _target_ such as fl_lightning.codecs.TopK")
+        check_codec(codec, example="fl_lightning.codecs.TopK")
         if partial not in self.PARTIAL:
             raise ConfigError("partial", f"unknown value {partial!r}", f"use one of {', '.join(self.PARTIAL)}")
         self.codec, self.gamma, self.partial = codec, float(server_lr), partial

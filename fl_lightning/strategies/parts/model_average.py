@@ -37,6 +37,7 @@ from torch import Tensor
 
 from ...codecs.base import CodecState
 from ...config import Range, Validate, check_call
+from ...codecs.base import check_codec
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..records import Field, Record
@@ -60,9 +61,7 @@ class ModelAverage(Part):
                  codec=None):
         if rule not in self.RULES:
             raise ConfigError("rule", f"unknown rule {rule!r}", f"use one of {', '.join(self.RULES)}")
-        if codec is not None and (isinstance(codec, (str, bytes)) or not hasattr(codec, "encode")):
-            raise ConfigError("codec", f"expected a codec, got {codec!r}",
-                              "give a _target_ such as fl_lightning.codecs.Sign (or null for dense)")
+        check_codec(codec, example="fl_lightning.codecs.Sign", null="dense")
         self.codec = codec
         if weighting not in ("num_samples", "uniform"):
             raise ConfigError("weighting", f"unknown weighting {weighting!r}", "use num_samples or uniform")

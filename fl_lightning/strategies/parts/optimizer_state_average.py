@@ -40,6 +40,7 @@ from torch import Tensor
 
 from ...codecs import Dense
 from ...codecs.base import CodecState
+from ...codecs.base import check_codec
 from ...errors import ConfigError
 from ...optim.adapters import adapter_for
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
@@ -55,9 +56,7 @@ class OptimizerStateAverage(Part):
         for key, val, allowed in (("params", params, self.PARAMS), ("init", init, self.INITS)):
             if val not in allowed:
                 raise ConfigError(key, f"unknown value {val!r}", f"use one of {', '.join(allowed)}")
-        if codec is not None and (isinstance(codec, (str, bytes)) or not hasattr(codec, "encode")):
-            raise ConfigError("codec", f"expected a codec, got {codec!r}",
-                              "give a _target_ such as fl_lightning.codecs.LowRankSVD (or null for dense)")
+        check_codec(codec, example="fl_lightning.codecs.LowRankSVD", null="dense")
         if not isinstance(state_keys, (str, list, tuple)) or isinstance(state_keys, str) and state_keys not in (
                 "all", "theta") or not state_keys:
             raise ConfigError("state_keys", f"expected a list of optimizer-state entries, 'all' or 'theta', got "

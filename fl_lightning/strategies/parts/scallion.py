@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ...codecs.base import CodecState
+from ...codecs.base import check_codec
 from ...errors import ConfigError
 from ...config import Positive, Range
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
@@ -38,8 +39,7 @@ from ..records import Field, Record
 class Scallion(Part):
     def __init__(self, codec, lr: Positive, server_lr: Positive = 1.0,
                  alpha: Annotated[float, Range(0.0, 1.0, open_low=True)] | None = None):
-        if codec is None or isinstance(codec, (str, bytes)) or not hasattr(codec, "encode"):
-            raise ConfigError("codec", f"expected a codec, got {codec!r}", "give a _target_ such as fl_lightning.codecs.RandK")
+        check_codec(codec, example="fl_lightning.codecs.RandK")
         if alpha is None and not hasattr(codec, "omega"):
             raise ConfigError("alpha", f"not set and {type(codec).__name__} declares no variance omega(d)",
                               "set alpha in (0, 1]")
