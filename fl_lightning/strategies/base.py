@@ -100,9 +100,21 @@ class ClientContext:
     batch: dict | None = None             # the current minibatch (cast, on the device) during the step hooks
     loss: Tensor | None = None            # its loss (detached after backward)
     services: ClientServices | None = None  # None: a part driven without a loop (unit tests)
-    model_update: dict[str, Tensor] | None = None  # what the aggregation part uploaded for the model, per name
-                                                   # (its reconstruction; read by MagnitudeUniformity)
     _slots: dict[str, "Slot"] = field(default_factory=dict, repr=False)
+    _outputs: dict[str, object] = field(default_factory=dict, repr=False)
+
+    def put(self, part: "Part", name: str, value) -> None:
+        """``part``'s per-client output ``name`` for the parts after it (declared in ``part.provides``: the one way a
+        part hands another a value of this client's round, e.g. ModelAverage's ``model_update``, the reconstruction it
+        uploaded, read by MagnitudeUniformity)."""
+        if name not in part.provides:
+            raise RuntimeError(f"{type(part).__name__} writes the client output {name!r} without declaring it in provides")
+        self._outputs[name] = value
+
+    def output(self, name: str):
+        """The per-client output ``name`` an earlier part provided this round, or None (no part of the method
+        provides it). A part reading it declares it in ``reads_outputs`` (the method's order is checked at build)."""
+        return self._outputs.get(name)
 
     def slot(self, part: "Part") -> "Slot":
         """``part``'s scratch space for this client's round (attributes it sets in one hook and reads in a later
@@ -259,6 +271,11 @@ class Part:
         checks at each client's start; None: every tensor of the part's attributes and of its slot."""
         return None
 
+    # per-client outputs this part writes at its client_end (ClientContext.put) for the parts after it, and those of
+    # earlier parts it reads (ClientContext.output): a reader listed before its writer is refused at build
+    provides: tuple[str, ...] = ()
+    reads_outputs: tuple[str, ...] = ()
+
     def reads_parts(self) -> dict[str, str]:
         """The other parts whose state this one reads, ``{its argument: the part's name}`` (FedSMU-M's ``momentum_of``),
         checked when the method is built, which then hands them over (:meth:`link`)."""
@@ -293,6 +310,12 @@ class Strategy:
             parts = list(parts.values())
         self.name, self.parts, self.grad_clip = name, list(parts), grad_clip
         self.server: ServerContext | None = None
+        for i, p in enumerate(self.parts):  # an output is read after the part that writes it (client_end runs in order)
+            for out in p.reads_outputs:
+                later = [q for q in self.parts[i + 1:] if out in q.provides]
+                if later:
+                    raise ConfigError("method.parts", f"part {p.name!r} reads the client output {out!r}, which part "
+                                      f"{later[0].name!r} writes after it", f"list {later[0].name} before {p.name}")
 
     def setup(self, server: ServerContext) -> None:
         self.server = server

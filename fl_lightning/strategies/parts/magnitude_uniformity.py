@@ -5,7 +5,7 @@
 
 over the n **participating** clients (derived: with all clients, FedAvg's values in the paper's Table 18 would be
 impossible) and the coordinates j of a block of d_sub entries; ĝ_ij is the magnitude of what client i uploaded in
-coordinate j: the reconstruction the aggregation part left in ``client.model_update`` (FedAvg: |x_i − x|; FedSMU:
+coordinate j: the reconstruction the aggregation part provides as ``model_update`` (FedAvg: |x_i − x|; FedSMU:
 |u_i|, so every summand is 1 and Φ = d_sub exactly), else the model delta. Each summand is Jain's fairness index of the
 clients' magnitudes, in [1/n, 1]; coordinates where every ĝ is 0 are skipped (0/0).
 
@@ -31,6 +31,8 @@ MODES = ("coords", "rows", "all")
 
 
 class MagnitudeUniformity(Part):
+    reads_outputs = ("model_update",)  # the aggregation part's reconstruction, when it comes before this part
+
     def __init__(self, enabled: bool = True, block: str = "auto", mode: str = "coords"):
         if not isinstance(enabled, bool):
             raise ConfigError("enabled", f"expected true or false, got {enabled!r}", "set enabled: true or false")
@@ -60,7 +62,7 @@ class MagnitudeUniformity(Part):
         self.param = name
 
     def _magnitudes(self, client: ClientContext) -> torch.Tensor:
-        upd = client.model_update
+        upd = client.output("model_update")
         if upd is None:
             upd = {n: client.local[n].detach() - x for n, x in client.global_params.items()}
         if self.mode == "all":

@@ -17,8 +17,8 @@ the client itself for codecs with ``uses_client``: ``SignSteps`` reads K and the
 server aggregates what the codec rebuilds and the wire carries its exact bits. ``null`` = dense. Float buffers
 (norm statistics) always travel dense. FedSMU (seed 002 Alg. 1) is ``codec: LionMomentum(Sign())`` with uniform
 weights and server SGD (lr gamma1, weight_decay gamma2); FedEF-Sign is ``codec: ErrorFeedback(ScaledSign())``.
-What was uploaded (the reconstruction, per parameter name) is left in ``client.model_update`` for
-diagnostics in later parts (``MagnitudeUniformity``).
+What was uploaded (the reconstruction, per parameter name) is its per-client output ``model_update``
+(``client.output("model_update")``) for diagnostics in later parts (``MagnitudeUniformity``).
 
 ``server_opt``: a factory ``{name: tensor} -> ServerOptimizer`` (:mod:`fl_lightning.server_opt`, conf/server_opt/).
 With one, the rule's step D (above, without server_lr) becomes the pseudo-gradient g = -D of a server optimizer
@@ -55,6 +55,7 @@ ServerLr = Annotated[float, Range(0.0), Validate(one_server_step, "{server_lr} w
 
 
 class ModelAverage(Part):
+    provides = ("model_update",)  # what it uploaded for the model, per name (the codec's reconstruction)
     RULES = ("mean", "n_minus_s", "majority_vote")
 
     def __init__(self, rule: str = "mean", weighting: str = "num_samples", server_lr: ServerLr = 1.0, server_opt=None,
@@ -104,7 +105,7 @@ class ModelAverage(Part):
             else:
                 out.delta[n] = Msg(delta, w)
             sent[n] = out.delta[n].tensor
-        client.model_update = sent
+        client.put(self, "model_update", sent)
         return out.container
 
     def _step(self, agg: Aggregate, n: str):

@@ -22,7 +22,7 @@ class UploadSpy(Recorder):
         self.rounds: dict[int, list[dict]] = {}
 
     def client_end(self, client):
-        self.rounds.setdefault(client.round, []).append({k: v.clone() for k, v in client.model_update.items()})
+        self.rounds.setdefault(client.round, []).append({k: v.clone() for k, v in client.output("model_update").items()})
         return {}
 
 
@@ -109,3 +109,29 @@ def test_bad_blocks_are_config_errors():
     part = MagnitudeUniformity(block="l1.bias", mode="rows")
     with pytest.raises(ConfigError, match="mode"):
         part.setup(_server(MLP()))
+
+
+def test_a_reader_of_a_client_output_listed_before_its_writer_is_one_line(tmp_path):
+    """Order between parts is stated, not implied: MagnitudeUniformity reads ModelAverage's per-client output
+    ``model_update`` (ClientContext.put / output), so listing it first is refused when the method is built."""
+    import functools
+
+    from fl_lightning.strategies import Strategy
+    from fl_lightning.strategies.parts import LocalOptimizer, ModelAverage
+
+    opt = functools.partial(torch.optim.SGD, lr=0.1)
+    Strategy("ok", {"local_optimizer": LocalOptimizer(opt), "aggregation": ModelAverage(), "mu": MagnitudeUniformity()})
+    with pytest.raises(ConfigError) as err:
+        Strategy("bad", {"local_optimizer": LocalOptimizer(opt), "mu": MagnitudeUniformity(), "aggregation": ModelAverage()})
+    assert err.value.key == "method.parts" and "part 'mu' reads the client output 'model_update', which part " \
+        "'aggregation' writes after it" in str(err.value) and "list aggregation before mu" in str(err.value)
+
+
+def test_an_undeclared_client_output_is_a_programming_error():
+    from fl_lightning.strategies.base import ClientContext
+
+    c = ClientContext(id=0, round=0, module=None, params={}, local={}, global_params={}, state={}, num_samples=1,
+                      num_steps=1, lr_factor=1.0)
+    with pytest.raises(RuntimeError, match="without declaring it in provides"):
+        c.put(Part(), "model_update", {})
+    assert c.output("model_update") is None
