@@ -20,7 +20,7 @@ from . import peers, precision, signals
 from ._compat import import_fabric, set_collective_timeout, starts_processes_from_a_function
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
-from .cohort import check_cohort_memory
+from .cohort import auto_cohort, check_cohort_memory
 from .compiled_step import CompiledStep
 from .config import check_clients, check_run, config_hash, instantiate, interpolation_source
 from .data import build_federated_data
@@ -185,6 +185,23 @@ def check_model_memory(cfg: DictConfig, info, device: torch.device, copies: int 
                           "or run where more memory is free")
 
 
+def activation_bytes(module, data, fabric) -> int:
+    """What one client's forward and backward add at their peak on a CUDA device (the activations and gradients of
+    one batch), measured on client 0's probe batch; the weights are left as they were."""
+    device = fabric.device
+    batch = {k: v for k, v in data.probe_batch(0, device).items()}
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    with fabric.autocast():
+        loss = module.training_step(batch, 0)
+    loss.backward()
+    peak = torch.cuda.max_memory_allocated(device) - before
+    for p in module.parameters():
+        p.grad = None
+    return max(0, peak)
+
+
 def _check_launcher(fabric) -> None:
     """train.py runs as a script in every process (Fabric re-runs it per rank); launchers that start processes from a
     function (``ddp_spawn``, ``ddp_fork``, ``ddp_notebook``) are refused in one line instead of Fabric's TypeError."""
@@ -235,7 +252,14 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     if auto_threads_later:  # auto: once, now that the model's size is known (a small model gets one thread)
         apply_threads(cfg, sum(p.numel() for p in module.parameters()) if fabric.device.type == "cpu" else None)
     strategy = build_strategy(cfg.method, checked=True)
-    check_cohort_memory(int(cfg.trainer.cohort), module, available_memory(fabric.device))
+    cohort = cfg.trainer.cohort
+    if cohort == "auto":  # a GPU's free memory over what one client takes (a one-client probe), else 1
+        clients = -(-int(cfg.fl.clients_per_round) // fabric.world_size)
+        cohort, why = auto_cohort(strategy, module, fabric.device, clients, available_memory(fabric.device),
+                                  lambda: activation_bytes(module, data, fabric), str(cfg.trainer.compile))
+        if fabric.global_rank == 0:
+            log.info("trainer.cohort=auto -> %d: %s", cohort, why)
+    check_cohort_memory(int(cohort), module, available_memory(fabric.device))
     rank, world = fabric.global_rank, fabric.world_size
     offload = cfg.store.offload_dir  # a str (the schema's type), even for a folder whose name reads as a number
     if offload and world > 1:
@@ -251,7 +275,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
                         **lr_keys(cfg))
     return FederatedLoop(fabric, module, data, strategy, config, run_dir, store=store,
                          checkpointer=checkpointer, recorder=recorder, compile_step=step_compiler(cfg, fabric.device),
-                         cohort=int(cfg.trainer.cohort))
+                         cohort=int(cohort))
 
 
 def step_compiler(cfg: DictConfig, device: torch.device):

@@ -114,9 +114,10 @@ class Trainer:
         "resume=auto continues it)", result=False)
     threads: Annotated[IntOrWord, Range(1, 4096, words=("auto",))] = key(
         "auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)", result=False)
-    cohort: Annotated[int, Range(1, 1 << 16)] = key(
+    cohort: Annotated[IntOrWord, Range(1, 1 << 16, words=("auto",))] = key(
         1, "clients trained at a time in one batched step (fl_lightning/cohort.py: K clients' parameters stacked, "
-        "one forward and backward through torch.func.vmap; a GPU path: 1, the sequential loop, is faster on a CPU)",
+        "one forward and backward through torch.func.vmap; a GPU path: 1, the sequential loop, is as fast on a CPU; "
+        "auto: on a GPU the most clients that fit 80% of its free memory (a one-client probe), else 1)",
         example="8", result=False)
     compile: Annotated[str, OneOf("none", "step", "graphs")] = key(
         "none", "the local step through torch.compile, compiled once per run for every client (step; graphs: the eager "

@@ -200,3 +200,25 @@ def test_a_compiled_cohort_equals_the_sequential_clients_and_compiles_once(backe
     assert after_first >= 1 and torch._dynamo.utils.counters["stats"]["unique_graphs"] == after_first
     coh = {k: v.detach().clone() for k, v in loop.global_params.items()}
     assert _rel(seq, coh) <= tol
+
+
+def test_auto_is_the_sequential_loop_off_cuda_and_what_fits_on_cuda(tmp_path, caplog):
+    """``trainer.cohort=auto``: 1 on the CPU (logged); on CUDA the most clients whose stacked copies and measured
+    activations fit 80% of the free memory, capped by the clients a process trains; 1 for a method that cannot run
+    batched, with its reason."""
+    import logging
+
+    from fl_lightning.cohort import STACKED_COPIES, auto_cohort
+
+    with caplog.at_level(logging.INFO, logger="fl_lightning"):
+        loop = build_loop(["method=fedavg", "trainer.cohort=auto"], tmp_path / "cpu")
+    assert loop.cohort is None and "trainer.cohort=auto -> 1: the sequential loop on cpu" in caplog.text
+    cuda = torch.device("cuda")
+    weights = sum(p.numel() * p.element_size() for p in loop.params.values())
+    per_client = STACKED_COPIES * weights + 1000
+    k, why = auto_cohort(loop.strategy, loop.module, cuda, 50, 10 * per_client, lambda: 1000)
+    assert k == 8 and why.startswith("8 clients a step")  # int(0.8 * 10)
+    assert auto_cohort(loop.strategy, loop.module, cuda, 5, 10 * per_client, lambda: 1000)[0] == 5
+    sophia = build_loop(["method=fed_sophia"], tmp_path / "gnb")
+    k, why = auto_cohort(sophia.strategy, sophia.module, cuda, 50, 10 * per_client, lambda: 1000)
+    assert k == 1 and "per-client counter 'step'" in why
