@@ -74,6 +74,11 @@ class ClientServices(Protocol):
     def client_rng(self, purpose: str, client: int, round_idx: int) -> torch.Generator: ...
 
 
+# what a part may change while a client trains (Part.writes): the module's trainable parameters, their gradients, the
+# local optimizer's group settings (lr, weight decay), its per-parameter state, Muon's corrections
+CLIENT_TENSORS = ("weights", "grads", "optimizer.settings", "optimizer.state", "optimizer.corrections")
+
+
 class Slot:
     """A part's scratch space for one client's round: attributes set in one hook, read in a later one."""
 
@@ -271,6 +276,10 @@ class Part:
         checks at each client's start; None: every tensor of the part's attributes and of its slot."""
         return None
 
+    # what the part's client-side hooks (client_start, the step hooks, client_end) change of the client's training
+    # tensors, from CLIENT_TENSORS; every method's parts are held to it (tests/system/test_part_writes.py)
+    writes: tuple[str, ...] = ()
+
     # per-client outputs this part writes at its client_end (ClientContext.put) for the parts after it, and those of
     # earlier parts it reads (ClientContext.output): a reader listed before its writer is refused at build
     provides: tuple[str, ...] = ()
@@ -310,6 +319,11 @@ class Strategy:
             parts = list(parts.values())
         self.name, self.parts, self.grad_clip = name, list(parts), grad_clip
         self.server: ServerContext | None = None
+        for p in self.parts:
+            unknown = [w for w in p.writes if w not in CLIENT_TENSORS]
+            if unknown:
+                raise ConfigError("method.parts", f"part {p.name!r} ({type(p).__name__}) declares writes {unknown[0]!r}",
+                                  f"declare some of {', '.join(CLIENT_TENSORS)}")
         for i, p in enumerate(self.parts):  # an output is read after the part that writes it (client_end runs in order)
             for out in p.reads_outputs:
                 later = [q for q in self.parts[i + 1:] if out in q.provides]

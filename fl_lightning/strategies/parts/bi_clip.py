@@ -35,6 +35,7 @@ Threshold = Annotated[float, Range(0.0), ORDERED]
 
 
 class BiClip(Part):
+    writes = ("grads",)  # what its hooks change of the client's training tensors
     def __init__(self, lower: Threshold = 1e-4, upper: Threshold = 1.0,
                  lower_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0,
                  upper_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0):

@@ -49,6 +49,7 @@ from ..records import Field, Record
 
 
 class GlobalAlignment(Part):
+    writes = ("optimizer.settings", "weights")  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the same Δ_G, broadcast over the clients' stacked parameters
     INITS = ("zero", "grad")
 

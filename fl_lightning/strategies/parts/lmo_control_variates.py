@@ -58,6 +58,7 @@ def _acc_dtype(t: Tensor) -> torch.dtype:
 
 
 class LMOControlVariates(ServerControlVariate):
+    writes = ("optimizer.corrections", "optimizer.state")  # what its hooks change of the client's training tensors
     INITS = ("grad", "zero")
 
     class Down(Record):

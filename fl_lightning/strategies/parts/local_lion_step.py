@@ -21,6 +21,7 @@ from ..records import Field, Record
 
 
 class LocalLionStep(Part):
+    writes = ("weights",)  # what its hooks change of the client's training tensors
     def __init__(self, lr: Positive = 0.001, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
                  weight_decay: NonNegative = 0.01):
         self.lr, self.beta1, self.beta2, self.wd = float(lr), float(beta1), float(beta2), float(weight_decay)

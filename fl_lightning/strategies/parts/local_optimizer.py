@@ -32,6 +32,7 @@ ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "A
 
 
 class LocalOptimizer(Part):
+    writes = ("optimizer.settings", "optimizer.state", "optimizer.corrections")  # it builds the optimizer
     provides_optimizer = True  # the Strategy's required slot: built before any other part's client_start
 
     def __init__(self, optimizer: Callable, state: str = "reset", param_groups: Callable | None = None):

@@ -47,6 +47,7 @@ from .global_alignment import mean_probe_gradient
 
 
 class MomentumCorrection(Part):
+    writes = ("grads",)  # what its hooks change of the client's training tensors
     MOMENTA, INITS, PREV = ("direction", "control"), ("grad", "zero"), ("downlink", "client")
 
     def __init__(self, beta: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.1, lr: Positive = 1.0,

@@ -48,6 +48,7 @@ from ..records import Field, Record
 
 
 class OptimizerStateAverage(Part):
+    writes = ("optimizer.state",)  # what its hooks change of the client's training tensors
     PARAMS = ("muon", "all")
     INITS = ("zero", "grad")
 

@@ -19,6 +19,7 @@ from ..base import ClientContext, Part
 
 
 class ProximalTerm(Part):
+    writes = ("grads",)  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the same term on the stacked parameters
 
     def __init__(self, mu: NonNegative = 0.01):

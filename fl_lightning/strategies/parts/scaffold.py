@@ -38,6 +38,7 @@ from .control_variate import ServerControlVariate
 
 
 class ScaffoldCorrection(ServerControlVariate):
+    writes = ("grads",)  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the clients' corrections stacked, the gradient sums a stacked buffer
     CONTROLS = ("mean_grad", "option2", "last_grad", "option1")
     scratch = ("_zeros", "_acc")  # a never-trained client's c_i, the gradient sum: refilled for each client

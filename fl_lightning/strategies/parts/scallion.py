@@ -37,6 +37,7 @@ from ..records import Field, Record
 
 
 class Scallion(Part):
+    writes = ("grads",)  # what its hooks change of the client's training tensors
     def __init__(self, codec, lr: Positive, server_lr: Positive = 1.0,
                  alpha: Annotated[float, Range(0.0, 1.0, open_low=True)] | None = None):
         check_codec(codec, example="fl_lightning.codecs.RandK")

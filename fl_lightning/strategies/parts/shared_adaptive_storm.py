@@ -36,6 +36,7 @@ from .global_alignment import mean_probe_gradient
 
 
 class SharedAdaptiveStorm(Part):
+    writes = ("grads", "weights")  # what its hooks change of the client's training tensors
     def __init__(self, k: Positive = 2.0, omega: NonNegative = 8.0, c: NonNegative = 1.0, rho: Positive = 1e-2,
                  v_decay: Fraction = 0.99, init: Annotated[str, OneOf("grad", "zero")] = "grad"):
         self.k, self.omega, self.c, self.rho, self.decay = float(k), float(omega), float(c), float(rho), float(v_decay)

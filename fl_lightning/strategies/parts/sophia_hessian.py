@@ -38,6 +38,7 @@ from ..records import Field, Record
 
 
 class SophiaHessian(Part):
+    writes = ("optimizer.state",)  # what its hooks change of the client's training tensors
     ESTIMATORS = ("hutchinson", "gnb", "empirical")
     COUNTERS = ("global", "client", "round")
 

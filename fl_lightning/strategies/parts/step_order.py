@@ -30,6 +30,7 @@ from ..base import ClientContext, Part
 
 
 class MuonStepOrder(Part):
+    writes = ("optimizer.settings", "weights")  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the clients at their last step keep their Muon rows (the momentum absorbs)
     ORDERS = ("alg1", "standard")
 

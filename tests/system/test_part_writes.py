@@ -1,0 +1,72 @@
+"""Every part declares what its client-side hooks change of the client's training tensors (``Part.writes``, from
+``strategies.base.CLIENT_TENSORS``): here every method runs two rounds with each part's hooks watched, and what a
+hook changed (weights, gradients, the optimizer's group settings, its state, Muon's corrections) must be declared."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from fl_lightning.strategies.base import CLIENT_TENSORS, Part
+from tests.helpers.cli import CONF, build_loop
+
+METHODS = sorted(f[:-5] for f in os.listdir(os.path.join(CONF, "method")) if f.endswith(".yaml"))
+HOOKS = ("client_start", "before_step", "after_backward", "after_step", "client_end", "client_idle")
+
+
+def _copy(v):
+    return v.detach().clone() if isinstance(v, torch.Tensor) else v
+
+
+def snapshot(client) -> dict:
+    """The client's training tensors, copied, under the names of CLIENT_TENSORS."""
+    params = list(client.params.values())
+    out = {"weights": [p.detach().clone() for p in params],
+           "grads": [None if p.grad is None else p.grad.detach().clone() for p in params]}
+    opt = client.optimizer
+    if opt is not None:
+        out["optimizer.settings"] = [{k: _copy(v) for k, v in g.items() if k != "params"} for g in opt.param_groups]
+        out["optimizer.state"] = {id(p): {k: _copy(v) for k, v in st.items()} for p, st in opt.state.items()}
+        out["optimizer.corrections"] = {id(p): _copy(v) for p, v in (getattr(opt, "corrections", None) or {}).items()}
+    return out
+
+
+def same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and bool(
+            torch.equal(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_part_changes_only_what_it_declares(method, tmp_path):
+    loop = build_loop([f"method={method}", "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=2",
+                       "fl.local_steps=5"], tmp_path)
+    changed: dict[str, set] = {}
+    for part in loop.strategy.parts:
+        assert set(part.writes) <= set(CLIENT_TENSORS)
+        for hook in HOOKS:
+            if getattr(type(part), hook) is getattr(Part, hook):
+                continue
+
+            def watched(client, _run=getattr(part, hook), _part=part):
+                before = snapshot(client)
+                result = _run(client)
+                after = snapshot(client)
+                for k, v in after.items():
+                    if k in before and not same(before[k], v):
+                        changed.setdefault(_part.name, set()).add(k)
+                    elif k not in before:  # the optimizer came into being: its builder wrote all of it
+                        changed.setdefault(_part.name, set()).add(k)
+                return result
+            setattr(part, hook, watched)
+    for r in range(2):
+        loop.run_round(r)
+    undeclared = {name: sorted(ks - set(next(p for p in loop.strategy.parts if p.name == name).writes))
+                  for name, ks in changed.items()}
+    assert {n: ks for n, ks in undeclared.items() if ks} == {}
