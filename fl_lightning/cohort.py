@@ -56,7 +56,7 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
                           "use trainer.compile=step (or none) with trainer.cohort, or trainer.cohort=1")
     for p in strategy.parts:
         if p.provides_optimizer:
-            reason = p.cohort_refusal() if hasattr(p, "cohort_refusal") else "it has no cohort form"
+            reason = p.cohort_refusal()
             if reason:
                 raise ConfigError(KEY, f"method {strategy.name!r}: its local optimizer cannot run batched ({reason})",
                                   "use trainer.cohort=1")

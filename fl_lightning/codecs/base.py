@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, MutableMapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from torch import Generator, Tensor
 
@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..messages import Msg
 
 
+@runtime_checkable
 class Codec(Protocol):
     """What every codec has: ``encode`` (see the module docstring). Optional members a part looks for:
     ``omega`` (:class:`UnbiasedCodec`: unbiased compressors, read by ``Scallion``) and ``uses_client = True`` (the
@@ -69,6 +70,7 @@ class CodecState(MutableMapping):
         return sum(1 for _ in self)
 
 
+@runtime_checkable
 class UnbiasedCodec(Codec, Protocol):
     """An unbiased compressor C (E[C(v)] = v) that states its variance: :class:`Dense` (ω = 0) and
     :class:`~fl_lightning.codecs.randk.RandK` (ω = d/k − 1). ``Scallion`` (strategies/parts/scallion.py) takes its

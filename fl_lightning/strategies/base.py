@@ -252,6 +252,11 @@ class Part:
     # tensors (below); a part without per-step hooks runs in a cohort as it is
     batched: bool = False
 
+    def cohort_refusal(self) -> str | None:
+        """(the part that ``provides_optimizer``) Why its optimizer cannot step a cohort's stacked parameters, or
+        None (``LocalOptimizer``: an elementwise or row-wise optimizer)."""
+        return "it declares no cohort form"
+
     def cohort_start(self, cohort) -> None:
         """(``batched``) After every client of the cohort started (``client_start``): gather what the step hooks read
         from each client's slot into stacked tensors (leading dimension: the client)."""

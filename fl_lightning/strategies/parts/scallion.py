@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from ...codecs.base import CodecState
-from ...codecs.base import check_codec
+from ...codecs.base import UnbiasedCodec, check_codec
 from ...errors import ConfigError
 from ...config import Positive, Range
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
@@ -41,7 +41,7 @@ class Scallion(Part):
     def __init__(self, codec, lr: Positive, server_lr: Positive = 1.0,
                  alpha: Annotated[float, Range(0.0, 1.0, open_low=True)] | None = None):
         check_codec(codec, example="fl_lightning.codecs.RandK")
-        if alpha is None and not hasattr(codec, "omega"):
+        if alpha is None and not isinstance(codec, UnbiasedCodec):
             raise ConfigError("alpha", f"not set and {type(codec).__name__} declares no variance omega(d)",
                               "set alpha in (0, 1]")
         self.codec, self.lr, self.eta_g = codec, float(lr), float(server_lr)

@@ -32,6 +32,7 @@ from typing import Annotated
 import torch
 
 from ...errors import ConfigError
+from ...optim.capabilities import SampledLabelLoss, TakesHessianEstimates
 from ...config import Range
 from ..base import ClientContext, Part
 from ..records import Field, Record
@@ -58,10 +59,10 @@ class SophiaHessian(Part):
         steps = Field("steps")  # counter=client: the local steps this client took in its earlier rounds
 
     def client_start(self, client: ClientContext) -> None:
-        if not hasattr(client.optimizer, "update_hessian"):
+        if not isinstance(client.optimizer, TakesHessianEstimates):
             raise self.error("estimator", f"{type(client.optimizer).__name__} takes no Hessian estimates",
                              "use the Sophia local optimizer (optimizer=sophia) or drop this part")
-        if self.estimator == "gnb" and not hasattr(client.module, "sampled_label_loss"):
+        if self.estimator == "gnb" and not isinstance(client.module, SampledLabelLoss):
             raise self.error("estimator", f"estimator=gnb needs a model with sampled_label_loss "
                              f"({type(client.module).__name__} has none)", "use estimator=hutchinson")
         slot = client.slot(self)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import ConfigError
+from ...optim.capabilities import StepsAlongDirection
 from ..base import ClientContext, Part
 
 
@@ -41,7 +42,7 @@ class MuonStepOrder(Part):
 
     def _muon_groups(self, client: ClientContext) -> list[dict]:
         opt = client.optimizer
-        if opt is None or not hasattr(opt, "apply_direction"):
+        if not isinstance(opt, StepsAlongDirection):
             raise self.error("order", "order=alg1 needs the fl_lightning.optim.Muon local optimizer",
                               "use Muon, or set method.order=standard")
         groups = [g for g in opt.param_groups if g["use_muon"]]
