@@ -401,6 +401,19 @@ class Cohort:
         with self.loop.fabric.autocast():
             return torch.vmap(torch.func.grad_and_value(one))(params, batch, mask, count)
 
+    def gradient_at(self, cohort: CohortContext, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Each client's gradient on the step's batch at ``weights`` (stacked (K, ...), or one tensor every client
+        shares), the other trainable parameters at the clients' own rows; ``.grad`` untouched."""
+        K = len(cohort.clients)
+        params = {n: (weights[n].expand(K, *cohort.params[n].shape[1:]) if n in weights and weights[n].dim() <
+                      cohort.params[n].dim() else weights.get(n, cohort.params[n])).detach().requires_grad_(True)
+                  for n in self.names}
+        names = [n for n in self.names if n in weights]
+        with torch.enable_grad():
+            loss = self.client_losses(params, cohort.batch, cohort.mask, cohort.count).sum()
+            grads = torch.autograd.grad(loss, [params[n] for n in names])
+        return dict(zip(names, grads))
+
     def hvp(self, cohort: CohortContext, vector: dict[str, Tensor]) -> dict[str, Tensor]:
         """Each client's Hessian-vector product ∇²f_i · v_i at its rows, on the step's batch (double backward; the
         clients' losses are independent, so one product of their sum is every client's)."""

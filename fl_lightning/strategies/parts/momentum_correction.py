@@ -48,6 +48,7 @@ from .global_alignment import mean_probe_gradient
 
 class MomentumCorrection(Part):
     writes = ("grads",)  # what its hooks change of the client's training tensors
+    batched = True  # trainer.cohort: the direction broadcast, c_i and the gradient sums stacked per client
     MOMENTA, INITS, PREV = ("direction", "control"), ("grad", "zero"), ("downlink", "client")
 
     def __init__(self, beta: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.1, lr: Positive = 1.0,
@@ -173,3 +174,40 @@ class MomentumCorrection(Part):
                 out.dc[n] = Msg(new - ci)
                 state.c_i[n] = new
         return out.container
+
+    # ------------------------------------------------------------------ a cohort (trainer.cohort)
+    def cohort_start(self, cohort) -> None:
+        slots = [c.slot(self).state for c in cohort.clients]
+        st = {"d": slots[0]["d"]}  # the received direction: the same for every client
+        if self.control:
+            st["c_i"] = [torch.stack([s["c_i"][j] for s in slots]) for j in range(len(self.names))]
+            st["acc"] = [torch.stack([s["acc"][j] for s in slots]) for j in range(len(self.names))]
+        if self.vr:
+            st["x_prev"] = slots[0]["x_prev"]
+        cohort._slots[self.name] = st
+
+    @torch.no_grad()
+    def cohort_after_backward(self, cohort) -> None:
+        st = cohort._slots[self.name]
+        params = [cohort.params[n] for n in self.names]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        if self.control:  # a finished client's gradient is zero: its sum stays
+            torch._foreach_add_(st["acc"], grads)
+        v = torch._foreach_mul(grads, 1.0 if self.vr else self.beta)
+        torch._foreach_add_(v, [d.expand_as(t) for d, t in zip(st["d"], v)])
+        if self.control:
+            torch._foreach_add_(v, st["c_i"], alpha=-self.beta)
+        if self.vr:
+            old = cohort.services.gradient_at(cohort, st["x_prev"])  # each client at x^{r-1}, its own minibatch
+            torch._foreach_add_(v, [old[n] for n in self.names], alpha=-(1 - self.beta))
+        if self.normalize:  # each client's direction to unit norm
+            K = v[0].shape[0]
+            norm = torch.linalg.vector_norm(torch.cat([t.reshape(K, -1) for t in v], dim=1), dim=1)
+            norm = norm.clamp_min(torch.finfo(norm.dtype).tiny)
+            torch._foreach_div_(v, [norm.view(-1, *([1] * (t.dim() - 1))) for t in v])
+        for p, t in zip(params, v):
+            p.grad = t
+
+    def cohort_end(self, cohort, i: int, client: ClientContext) -> None:
+        if self.control:
+            client.slot(self).state["acc"] = [a[i] for a in cohort._slots[self.name]["acc"]]
