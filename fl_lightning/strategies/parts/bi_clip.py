@@ -60,3 +60,15 @@ class BiClip(Part):
         torch._foreach_clamp_min_(grads, lo)
         torch._foreach_clamp_max_(grads, hi)
         torch._foreach_mul_(grads, signs)
+
+    batched = True  # trainer.cohort: the same elementwise clip on the stacked gradients (the round's thresholds)
+
+    @torch.no_grad()
+    def cohort_after_backward(self, cohort) -> None:
+        lo, hi = self.thresholds(cohort.clients[0].round)
+        grads = [t.grad for t in cohort.params.values() if t.grad is not None]
+        signs = torch._foreach_sign(grads)
+        torch._foreach_abs_(grads)
+        torch._foreach_clamp_min_(grads, lo)
+        torch._foreach_clamp_max_(grads, hi)
+        torch._foreach_mul_(grads, signs)

@@ -83,6 +83,18 @@ class Scallion(Part):
         names = [n for n, p in client.params.items() if n in corr and p.grad is not None]
         torch._foreach_add_([client.params[n].grad for n in names], [corr[n] for n in names])
 
+    batched = True  # trainer.cohort: each client's correction c − c_i stacked
+
+    def cohort_start(self, cohort) -> None:
+        corr = [c.slot(self).corr for c in cohort.clients]
+        cohort._slots[self.name] = {n: torch.stack([k[n] for k in corr]) for n in self.c}
+
+    @torch.no_grad()
+    def cohort_after_backward(self, cohort) -> None:
+        corr = cohort._slots[self.name]
+        names = [n for n, t in cohort.params.items() if n in corr and t.grad is not None]
+        torch._foreach_add_([cohort.params[n].grad for n in names], [corr[n] for n in names])
+
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         k_eta = max(1, client.step) * self.lr * client.lr_factor
         ci = client.slot(self).ci
