@@ -36,6 +36,7 @@ interleaved (framework, bare, framework, bare, ...). Measured:
 Each figure in the table is the median over ``--repeats``.
 
     python tools/bench_w2.py --repeats 3
+    python tools/bench_w2.py --repeats 3 trainer.cohort=50    # the framework with extra overrides
 """
 from __future__ import annotations
 
@@ -172,9 +173,9 @@ def figures(t_spawn: float, t_exit: float, loop_start: float, first_client: floa
             "rounds": statistics.median(d[1:]) if len(d) > 1 else float("nan"), "total": t_exit - t_spawn}
 
 
-def run_framework(data: str, rounds: int, run_dir: str) -> dict[str, float]:
+def run_framework(data: str, rounds: int, run_dir: str, extra: tuple = ()) -> dict[str, float]:
     t0, t1, _ = spawn([sys.executable, "train.py", *overrides(data, rounds), f"hydra.run.dir={run_dir}",
-                       "overwrite=true"])
+                       "overwrite=true", *extra])
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
     return figures(t0, t1, s["loop_start_unix"], s["first_client_unix"], s["round_end_unix"])
@@ -200,6 +201,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=W2["rounds"])
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "fl_bench_w2"))
     ap.add_argument("--bare", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("overrides", nargs="*", help="extra train.py overrides for the framework (e.g. trainer.cohort=50)")
     args = ap.parse_args(argv)
     data, plan = os.path.join(args.work, "data"), os.path.join(args.work, "plan.npz")
     if args.bare:
@@ -214,7 +216,7 @@ def main(argv=None) -> int:
         print(f"load average at start: {f.read().split()[:3]}, {os.cpu_count()} CPUs", flush=True)
     fw, br = [], []
     for k in range(args.repeats):
-        fw.append(run_framework(data, args.rounds, os.path.join(args.work, f"run{k}")))
+        fw.append(run_framework(data, args.rounds, os.path.join(args.work, f"run{k}"), tuple(args.overrides)))
         br.append(run_bare(args.work))
         print(f"repeat {k + 1}: " + "; ".join(f"{key} framework {fw[-1][key]:.2f} s, bare {br[-1][key]:.2f} s"
                                                 for key, _ in ROWS), flush=True)
