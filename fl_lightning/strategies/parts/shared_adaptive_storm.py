@@ -37,6 +37,7 @@ from .global_alignment import mean_probe_gradient
 
 class SharedAdaptiveStorm(Part):
     writes = ("grads", "weights")  # what its hooks change of the client's training tensors
+    batched = True  # trainer.cohort: m, v, H and the previous point stacked; 1 − α and η per client and step
     def __init__(self, k: Positive = 2.0, omega: NonNegative = 8.0, c: NonNegative = 1.0, rho: Positive = 1e-2,
                  v_decay: Fraction = 0.99, init: Annotated[str, OneOf("grad", "zero")] = "grad"):
         self.k, self.omega, self.c, self.rho, self.decay = float(k), float(omega), float(c), float(rho), float(v_decay)
@@ -136,3 +137,42 @@ class SharedAdaptiveStorm(Part):
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         s = client.slot(self).state
         return self._send(dict(zip(self.names, s["m"])), dict(zip(self.names, s["v"])))
+
+    # ------------------------------------------------------------------ a cohort (trainer.cohort)
+    def cohort_start(self, cohort) -> None:
+        slots = [c.slot(self).state for c in cohort.clients]
+        j = range(len(self.names))
+        cohort._slots[self.name] = {key: [torch.stack([s[key][i] for s in slots]) for i in j] for key in ("m", "v", "H")}
+        cohort._slots[self.name]["t0"] = [s["t0"] for s in slots]
+        cohort._slots[self.name]["prev"] = {n: torch.stack([s["prev"][n] for s in slots]) for n in self.names}
+
+    @torch.no_grad()
+    def cohort_after_backward(self, cohort) -> None:
+        st = cohort._slots[self.name]
+        params = [cohort.params[n] for n in self.names]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        keep, scale, decay = [], [], []
+        for c, t0 in zip(cohort.clients, st["t0"]):  # each client's numbers from its own count (host numbers)
+            t, done = t0 + cohort.step, cohort.step >= c.num_steps  # a finished client's m and v stay as they are
+            keep.append(1.0 if done else 1.0 - min(1.0, self.c * self.eta(t) ** 2))
+            scale.append(0.0 if cohort.step + 1 >= c.num_steps else self.eta(t + 1))
+            decay.append(1.0 if done else self.decay)
+        dev, dt = params[0].device, params[0].dtype
+        keep_t, scale_t = torch.tensor(keep, device=dev, dtype=dt), torch.tensor(scale, device=dev, dtype=dt)
+        decay_t = torch.tensor(decay, device=dev, dtype=dt)
+        old = cohort.services.gradient_at(cohort, st["prev"])  # each client at its previous point, its own minibatch
+        m = st["m"]
+        torch._foreach_sub_(m, [old[n] for n in self.names])
+        torch._foreach_mul_(m, [keep_t.view(-1, *([1] * (t.dim() - 1))) for t in m])
+        torch._foreach_add_(m, grads)
+        torch._foreach_mul_(st["v"], [decay_t.view(-1, *([1] * (t.dim() - 1))) for t in st["v"]])
+        torch._foreach_addcmul_(st["v"], grads, grads, value=1.0 - self.decay)  # a finished client's gradient is 0
+        st["prev"] = {n: p.detach().clone() for n, p in zip(self.names, params)}
+        direction = torch._foreach_div(m, st["H"])
+        torch._foreach_mul_(direction, [scale_t.view(-1, *([1] * (t.dim() - 1))) for t in direction])
+        for p, d in zip(params, direction):
+            p.grad = d
+
+    def cohort_end(self, cohort, i: int, client: ClientContext) -> None:
+        st, s = cohort._slots[self.name], client.slot(self).state
+        s["m"], s["v"] = [t[i] for t in st["m"]], [t[i] for t in st["v"]]
