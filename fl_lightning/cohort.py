@@ -205,6 +205,13 @@ class CohortContext:
     def size(self) -> int:
         return len(self.clients)
 
+    def per_client(self, values: list, dtype=torch.float32) -> Tensor:
+        """Host numbers, one per client, as a (K,) tensor on the clients' device, without waiting for the device
+        (pinned memory, an asynchronous copy on CUDA): FAFED's 1 − α and η, a mask of the clients at their last step."""
+        device = self.active.device
+        t = torch.tensor(values, dtype=dtype)
+        return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
+
     def active_like(self, t: Tensor) -> Tensor:
         """``active`` shaped to broadcast against a stacked tensor ``t`` (K, ...)."""
         return self.active.view(-1, *([1] * (t.dim() - 1)))

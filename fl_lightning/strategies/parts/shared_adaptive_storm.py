@@ -157,9 +157,8 @@ class SharedAdaptiveStorm(Part):
             keep.append(1.0 if done else 1.0 - min(1.0, self.c * self.eta(t) ** 2))
             scale.append(0.0 if cohort.step + 1 >= c.num_steps else self.eta(t + 1))
             decay.append(1.0 if done else self.decay)
-        dev, dt = params[0].device, params[0].dtype
-        keep_t, scale_t = torch.tensor(keep, device=dev, dtype=dt), torch.tensor(scale, device=dev, dtype=dt)
-        decay_t = torch.tensor(decay, device=dev, dtype=dt)
+        dt = params[0].dtype
+        keep_t, scale_t, decay_t = (cohort.per_client(x, dt) for x in (keep, scale, decay))
         old = cohort.services.gradient_at(cohort, st["prev"])  # each client at its previous point, its own minibatch
         m = st["m"]
         torch._foreach_sub_(m, [old[n] for n in self.names])

@@ -142,7 +142,7 @@ class SophiaHessian(Part):
                 for n in est:
                     est[n].add_(u[n] * hv[n], alpha=1.0 / self.probes)
         opt = cohort.optimizer
-        mask = torch.tensor(refresh, device=next(iter(params.values())).device)
+        mask = cohort.per_client(refresh, torch.bool)
         kept = {p: opt._state(p)["hessian"].clone() for p in (params[n] for n in est)}
         opt.update_hessian({params[n]: h for n, h in est.items()})
         for p, old in kept.items():

@@ -90,7 +90,7 @@ class MuonStepOrder(Part):
         if self.order != "alg1" or not any(last):
             return
         muon = [p for g in cohort.optimizer.param_groups if g["use_muon"] for p in g["params"]]
-        mask = torch.tensor(last, device=muon[0].device)
+        mask = cohort.per_client(last, torch.bool)
         slot["kept"] = (mask, [(p, p.clone()) for p in muon])
 
     @torch.no_grad()
