@@ -189,7 +189,8 @@ def activation_bytes(module, data, fabric) -> int:
     """What one client's forward and backward add at their peak on a CUDA device (the activations and gradients of
     one batch), measured on client 0's probe batch; the weights are left as they were."""
     device = fabric.device
-    batch = {k: v for k, v in data.probe_batch(0, device).items()}
+    dtype = next(module.parameters()).dtype  # the "-true" precisions: inputs in the parameters' dtype
+    batch = {k: (v.to(dtype) if v.is_floating_point() else v) for k, v in data.probe_batch(0, device).items()}
     torch.cuda.synchronize(device)
     before = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
@@ -213,7 +214,7 @@ def _check_launcher(fabric) -> None:
 
 def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, resume: str | None = None):
     """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``).
-    ``checked``: :func:`fl_lightning.config.checks.check` already ran on ``cfg`` (the CLI does, before torch is imported).
+    ``checked``: :func:`fl_lightning.config.check_run` already ran on ``cfg`` (the CLI does, once); otherwise it runs here.
     ``resume``: the run directory this run continues (its saved config decides what ``auto`` precisions resolve to)."""
     saved = os.path.join(resume, "config.yaml") if resume else None
     if not checked:
