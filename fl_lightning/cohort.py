@@ -220,9 +220,6 @@ class CohortContext:
         """``active`` shaped to broadcast against a stacked tensor ``t`` (K, ...)."""
         return self.active.view(-1, *([1] * (t.dim() - 1)))
 
-    def stack(self, per_client: list[Tensor]) -> Tensor:
-        return torch.stack(per_client)
-
 
 class Cohort:
     """Trains a process's sampled clients ``size`` at a time (see the module docstring); built by the loop."""
