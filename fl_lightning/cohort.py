@@ -205,10 +205,6 @@ class CohortContext:
     services: object | None = None  # the cohort: hvp over the stacked batch (Cohort.hvp)
     _slots: dict[str, object] = field(default_factory=dict, repr=False)
 
-    @property
-    def size(self) -> int:
-        return len(self.clients)
-
     def per_client(self, values: list, dtype=torch.float32) -> Tensor:
         """Host numbers, one per client, as a (K,) tensor on the clients' device, without waiting for the device
         (pinned memory, an asynchronous copy on CUDA): FAFED's 1 − α and η, a mask of the clients at their last step."""
@@ -240,6 +236,7 @@ class Cohort:
                     m.fused_attn = False
         self.losses = _Losses(loop.module)
         self.names = list(loop.params)
+        self._buffers: tuple[int, dict[str, Tensor]] = (0, {})  # (K, the stacked parameters) of the last cohort size
 
     def train(self, cids: list[int], r: int, received: dict[str, Tensor], lr_f: float) -> Iterator[tuple[int, dict, float]]:
         """``(client, uploads, mean loss)`` for each of ``cids``, in order."""
@@ -324,7 +321,7 @@ class Cohort:
 
     def _stacked(self, K: int) -> dict[str, Tensor]:
         """The cohort's stacked parameters (K, ...), allocated once per cohort size and refilled for each cohort."""
-        if getattr(self, "_buffers", (0,))[0] != K:
+        if self._buffers[0] != K:
             params = self.loop.params
             self._buffers = (K, {n: torch.empty((K, *params[n].shape), dtype=params[n].dtype, device=params[n].device)
                                  for n in self.names})

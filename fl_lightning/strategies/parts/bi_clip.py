@@ -51,24 +51,21 @@ class BiClip(Part):
         # with constant thresholds (the exponents 0), and never the round (a guard that fails every round)
         client.slot(self).thresholds = self.thresholds(client.round)
 
+    @staticmethod
     @torch.no_grad()
-    def after_backward(self, client: ClientContext) -> None:
-        lo, hi = client.slot(self).thresholds
-        grads = [p.grad for p in client.params.values() if p.grad is not None]
+    def clip_(grads: list, lo: float, hi: float) -> None:
+        """sign(g) · clip(|g|, lo, hi), in place, all tensors at once."""
         signs = torch._foreach_sign(grads)
         torch._foreach_abs_(grads)
         torch._foreach_clamp_min_(grads, lo)
         torch._foreach_clamp_max_(grads, hi)
         torch._foreach_mul_(grads, signs)
+
+    def after_backward(self, client: ClientContext) -> None:
+        self.clip_([p.grad for p in client.params.values() if p.grad is not None], *client.slot(self).thresholds)
 
     batched = True  # trainer.cohort: the same elementwise clip on the stacked gradients (the round's thresholds)
 
-    @torch.no_grad()
     def cohort_after_backward(self, cohort) -> None:
-        lo, hi = self.thresholds(cohort.clients[0].round)
-        grads = [t.grad for t in cohort.params.values() if t.grad is not None]
-        signs = torch._foreach_sign(grads)
-        torch._foreach_abs_(grads)
-        torch._foreach_clamp_min_(grads, lo)
-        torch._foreach_clamp_max_(grads, hi)
-        torch._foreach_mul_(grads, signs)
+        self.clip_([t.grad for t in cohort.params.values() if t.grad is not None],
+                   *self.thresholds(cohort.clients[0].round))
