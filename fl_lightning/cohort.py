@@ -22,11 +22,13 @@ the batched kernels (tests/system/test_cohort.py: 1e-12 relative in float64).
 A part runs batched when it has no per-step hooks, or declares ``batched = True`` and implements the cohort hooks
 (:class:`fl_lightning.strategies.base.Part`: ``cohort_start``, ``cohort_after_backward``, ``cohort_after_step``,
 ``cohort_end``), keeping a finished client's rows of its state as they were. A method with a part or an optimizer
-that cannot, a model without per-example losses (``sample_losses``), with dropout or with float buffers (batch
-norm), and a K whose stacked copies do not fit the free memory are refused in one line naming what stops it.
+that cannot, a model without per-example losses (``sample_losses``), with float buffers (batch norm) or a random
+layer other than ``nn.Dropout`` (whose masks each client draws from its own stream: ``cohort_dropout.py``), and a K
+whose stacked copies do not fit the free memory are refused in one line naming what stops it.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -35,6 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import ConfigError, NonFiniteLossError
+from .cohort_dropout import CohortDropout, dropout_sites
 from .services import twice_differentiable
 from .optim.state import export_optimizer_state, import_optimizer_state, is_fresh
 from .strategies.base import ClientContext, Part
@@ -71,10 +74,20 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
         raise ConfigError(KEY, f"model {type(module).__name__} has no per-example losses (sample_losses)",
                           "use trainer.cohort=1 for this model")
     for name, m in module.named_modules():
+        if type(m) is nn.Dropout:  # drawn per client from its own stream (cohort_dropout.py)
+            continue
         p = getattr(m, "p", None) if "Dropout" in type(m).__name__ else getattr(m, "drop_prob", None)
         if isinstance(p, float) and p > 0:
-            raise ConfigError(KEY, f"the model's {name or 'root'} ({type(m).__name__}) draws dropout, which a cohort "
-                              "does not draw per client yet", "use trainer.cohort=1, or a model without dropout")
+            raise ConfigError(KEY, f"the model's {name or 'root'} ({type(m).__name__}) draws {type(m).__name__} "
+                              "randomness, which a cohort does not draw per client (only torch.nn.Dropout)",
+                              "use trainer.cohort=1, or a model without it")
+        drop = getattr(getattr(m, "attn_drop", None), "p", 0.0)
+        if getattr(m, "fused_attn", False) is True and drop > 0:
+            raise ConfigError(KEY, f"the model's {name} draws attention dropout inside the fused attention kernel, "
+                              "which a cohort cannot draw per client", "use trainer.cohort=1, or attention dropout 0")
+    if compiled == "step" and dropout_sites(module):
+        raise ConfigError(KEY, "a cohort draws each client's dropout masks on the host, which trainer.compile=step "
+                          "does not trace", "use trainer.compile=none with a cohort of this model, or trainer.cohort=1")
     floats = [n for n, b in module.named_buffers() if b.is_floating_point()]
     if floats:
         raise ConfigError(KEY, f"the model has float buffers ({floats[0]}: batch-norm statistics), which a cohort does "
@@ -235,6 +248,8 @@ class Cohort:
                 if isinstance(getattr(m, "fused_attn", None), bool):
                     m.fused_attn = False
         self.losses = _Losses(loop.module)
+        self.dropout = CohortDropout(loop.module, loop.device)  # each client's masks from its own stream
+        self._rows: list[int] = []  # each client's real rows in this step (host numbers)
         self.names = list(loop.params)
         self._buffers: tuple[int, dict[str, Tensor]] = (0, {})  # (K, the stacked parameters) of the last cohort size
 
@@ -250,8 +265,11 @@ class Cohort:
         K, device = len(cids), loop.device
         stacked = self._stacked(K)
         clients, hparams, states, corrections = [], [], [], []
+        self.dropout.start()
         for i, cid in enumerate(cids):  # each client's start as in the sequential loop, then its values as row i
             client = loop.start_client(cid, r, received, lr_f)
+            if self.dropout:
+                self.dropout.keep()  # its stream as its start left it
             opt = client.optimizer
             with torch.no_grad():  # the weights as its start left them (the global model, or a part's first move)
                 torch._foreach_copy_([stacked[n][i] for n in self.names], [loop.params[n] for n in self.names])
@@ -276,8 +294,9 @@ class Cohort:
         for i, s in enumerate(steps):
             ends.setdefault(s, []).append(i)
         finished: dict[int, dict] = {}
-        for k, (batch, mask, count, active) in enumerate(batches):
+        for k, (batch, mask, count, active, rows) in enumerate(batches):
             batch = loop.services.cast_floats(batch)
+            self._rows = rows
             ctx.active, ctx.step, ctx.batch, ctx.mask, ctx.count = active, k, batch, mask, count
             for c, n in zip(clients, steps):  # the steps each client has done (what its sequential hooks see)
                 c.step = min(k, n)
@@ -313,6 +332,8 @@ class Cohort:
             for p in strategy.parts:
                 if p is not opt_part and getattr(p, "batched", False):
                     p.cohort_end(ctx, i, client)
+            if self.dropout:
+                self.dropout.resume(i)
             msgs = strategy.client_end(client)
             loop.store.checkin(client.id, client.state)
             client.optimizer = None
@@ -349,7 +370,7 @@ class Cohort:
                     parts.append(torch.cat([v, v.new_zeros((B - n, *t.shape[1:]))]) if n < B else v)
                 out[key] = torch.stack(parts)
             n = torch.tensor(rows, device=device)
-            yield out, (torch.arange(B, device=device) < n[:, None]).float(), n.clamp(min=1), n > 0
+            yield out, (torch.arange(B, device=device) < n[:, None]).float(), n.clamp(min=1), n > 0, rows
 
     def _step(self, ctx: CohortContext, optimizer, batch: dict, mask: Tensor, count: Tensor, all_active: bool,
               opt_part, strategy) -> Tensor:
@@ -379,15 +400,28 @@ class Cohort:
             self._restore(ctx, frozen)
         return loss.detach()
 
-    def client_losses(self, params: dict[str, Tensor], batch: dict, mask: Tensor, count: Tensor) -> Tensor:
+    def client_losses(self, params: dict[str, Tensor], batch: dict, mask: Tensor, count: Tensor,
+                      only: list[bool] | None = None) -> Tensor:
         """Each client's loss at its rows of ``params`` (K, ...): the mean over its real rows of the batch (K, B, ...),
         as its sequential step's loss. The model under ``vmap``; its per-example loss on all K*B rows at once when it
-        splits them (``sample_outputs`` / ``sample_losses_of``: a vmapped cross-entropy takes twice the kernels)."""
-        def client_outputs(ps, b):
-            return torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in ps.items()}, (b,), strict=False)
+        splits them (``sample_outputs`` / ``sample_losses_of``: a vmapped cross-entropy takes twice the kernels).
+        ``only``: the clients whose sequential step runs this forward (the others' losses are not used, and their
+        dropout streams do not draw); default: the step's active clients."""
+        def client_outputs(ps, b, masks=()):
+            with self.dropout.apply(masks) if masks else contextlib.nullcontext():
+                return torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in ps.items()}, (b,),
+                                                  strict=False)
+
+        def one_client():  # the dropout calls' shapes: one client's forward
+            client_outputs({n: t[0] for n, t in params.items()}, {k: v[0] for k, v in batch.items()})
 
         with self.loop.fabric.autocast():
-            out = torch.vmap(client_outputs)(params, batch)
+            if self.dropout and self.loop.module.training:
+                rows = self._rows if only is None else [n if o else 0 for n, o in zip(self._rows, only)]
+                with self.dropout.forward(one_client, batch, rows, mask.shape[1]) as masks:
+                    out = torch.vmap(client_outputs)(params, batch, masks)
+            else:
+                out = torch.vmap(client_outputs)(params, batch)
             if self.losses.split:
                 K, B = mask.shape
                 flat = {k: v.reshape(K * B, *v.shape[2:]) for k, v in batch.items()}
@@ -406,26 +440,29 @@ class Cohort:
         with self.loop.fabric.autocast():
             return torch.vmap(torch.func.grad_and_value(one))(params, batch, mask, count)
 
-    def gradient_at(self, cohort: CohortContext, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+    def gradient_at(self, cohort: CohortContext, weights: dict[str, Tensor],
+                    only: list[bool] | None = None) -> dict[str, Tensor]:
         """Each client's gradient on the step's batch at ``weights`` (stacked (K, ...), or one tensor every client
-        shares), the other trainable parameters at the clients' own rows; ``.grad`` untouched."""
+        shares), the other trainable parameters at the clients' own rows; ``.grad`` untouched. ``only``: the clients
+        that take it (:meth:`client_losses`)."""
         K = len(cohort.clients)
         params = {n: (weights[n].expand(K, *cohort.params[n].shape[1:]) if n in weights and weights[n].dim() <
                       cohort.params[n].dim() else weights.get(n, cohort.params[n])).detach().requires_grad_(True)
                   for n in self.names}
         names = [n for n in self.names if n in weights]
         with torch.enable_grad():
-            loss = self.client_losses(params, cohort.batch, cohort.mask, cohort.count).sum()
+            loss = self.client_losses(params, cohort.batch, cohort.mask, cohort.count, only).sum()
             grads = torch.autograd.grad(loss, [params[n] for n in names])
         return dict(zip(names, grads))
 
-    def hvp(self, cohort: CohortContext, vector: dict[str, Tensor]) -> dict[str, Tensor]:
+    def hvp(self, cohort: CohortContext, vector: dict[str, Tensor], only: list[bool] | None = None) -> dict[str, Tensor]:
         """Each client's Hessian-vector product ∇²f_i · v_i at its rows, on the step's batch (double backward; the
-        clients' losses are independent, so one product of their sum is every client's)."""
+        clients' losses are independent, so one product of their sum is every client's). ``only``: the clients that
+        take it (:meth:`client_losses`)."""
         names = [n for n in self.names if n in vector]
         params = {n: cohort.params[n].detach().requires_grad_(True) for n in self.names}
         with twice_differentiable():
-            loss = self.client_losses(params, cohort.batch, cohort.mask, cohort.count).sum()
+            loss = self.client_losses(params, cohort.batch, cohort.mask, cohort.count, only).sum()
             grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True)
             dot = sum((g * vector[n].to(g.dtype)).sum() for n, g in zip(names, grads))
             hv = torch.autograd.grad(dot, [params[n] for n in names])

@@ -68,10 +68,11 @@ class FederatedData:
 
     def cohort_batches(self, clients: list[int], round_idx: int, device, budget: StepBudget):
         """The batches of a cohort of clients (``trainer.cohort``, fl_lightning/cohort.py), step by step, stacked:
-        ``(batch (K, B, ...), 0/1 row mask (K, B), real rows (K,), active (K,))``, each client's rows exactly those
-        :meth:`client_batches` yields it (its own (seed, client, round) plan), padded to the batch size ``B``; a
-        client whose steps are done is inactive (mask 0). The K clients' rows are gathered in one ``index_select`` a
-        step. None when the transform draws randomness per batch (the caller stacks the clients' own batches)."""
+        ``(batch (K, B, ...), 0/1 row mask (K, B), real rows (K,), active (K,), real rows as host numbers)``, each
+        client's rows exactly those :meth:`client_batches` yields it (its own (seed, client, round) plan), padded to
+        the batch size ``B``; a client whose steps are done is inactive (mask 0). The K clients' rows are gathered in
+        one ``index_select`` a step. None when the transform draws randomness per batch (the caller stacks the
+        clients' own batches)."""
         if self.train.transform is not None:
             return None
         return self._cohort_batches(clients, round_idx, device, budget)
@@ -95,7 +96,7 @@ class FederatedData:
             flat = idx_t[t].reshape(-1)
             batch = {k: v.index_select(0, flat).to(device, non_blocking=True).view(K, B, *v.shape[1:])
                      for k, v in self.train.tensors.items()}
-            yield batch, mask[t], count[t], active[t]
+            yield batch, mask[t], count[t], active[t], rows[t].tolist()
 
     def _plan(self, client: int, g: torch.Generator, budget: StepBudget, draw) -> Iterator[tuple[Tensor, Tensor | None]]:
         """(indices, augmentation randomness or None) per batch, drawn from ``g`` in the order the batches use them:

@@ -23,6 +23,10 @@ from .vit import resolve_patch
 
 
 class Attention(nn.Module):
+    # False: softmax(q kᵀ · scale) v written out (what a cohort of clients runs on a CPU, whose fused kernel has no
+    # vmap rule: fl_lightning/cohort.py), True: the fused kernel (as timm's ``fused_attn``)
+    fused_attn = True
+
     def __init__(self, dim: int, heads: int, dim_head: int, dropout: float):
         super().__init__()
         inner = heads * dim_head
@@ -33,7 +37,10 @@ class Attention(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         b, n, _ = x.shape
         q, k, v = self.to_qkv(x).view(b, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
-        out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
+        if self.fused_attn:
+            out = F.scaled_dot_product_attention(q, k, v, scale=self.scale)
+        else:
+            out = torch.softmax((q * self.scale) @ k.transpose(-2, -1), dim=-1) @ v
         return self.to_out(out.transpose(1, 2).reshape(b, n, -1))
 
 

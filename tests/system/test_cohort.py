@@ -164,6 +164,41 @@ def test_vit_tiny_fedmuon(tmp_path):
     assert _rel(seq, coh) <= 3 * spread
 
 
+# seed 003's ViT (dropout 0.1 on the embedding, the attention output and the MLP), small
+VIT_CIFAR = ["model=vit_cifar", "model.net.dim=16", "model.net.depth=2", "model.net.heads=2", "model.net.dim_head=8",
+             "model.net.mlp_dim=16"]
+
+
+@pytest.mark.parametrize("method,extra", [("fedavg", []), ("fafed", []), ("fedpac_sophia", []), ("scaffold_vr", []),
+                                          ("fedmuon", NS64)])
+def test_dropout_draws_each_clients_masks_from_its_own_stream(method, extra, tmp_path):
+    """A model with dropout: each client's masks are its own (seed, client, round) stream's draws, as in the sequential
+    loop, including the forwards a part adds (FAFED's and SCAFFOLD-VR's gradient at the previous point, Sophia's
+    Hessian-vector product on its refresh steps only), so the result equals the sequential run whatever K (2 and 4,
+    unequal clients, K not dividing the round)."""
+    ov = [f"method={method}", *VIT_CIFAR, "trainer.precision=64-true", *SETTING, *extra]
+    seq, seq_loss, loop = _run(ov, tmp_path, "seq")
+    assert loop.cohort is None and any(type(m) is torch.nn.Dropout and m.p > 0 for m in loop.module.modules())
+    for k in (2, 4):
+        coh, coh_loss, cloop = _run(ov + [f"trainer.cohort={k}"], tmp_path, f"cohort{k}")
+        assert cloop.cohort.dropout.sites
+        assert _rel(seq, coh) <= 1e-12
+        assert seq_loss == pytest.approx(coh_loss, rel=1e-12)
+    if method == "fedavg":  # the masks matter: without dropout the run is another one
+        off, _, _ = _run(ov + ["model.net.dropout=0", "model.net.emb_dropout=0", "trainer.cohort=4"], tmp_path, "off")
+        assert _rel(seq, off) > 1e-3
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["model=vit_tiny", "model.net.depth=1", "model.net.dropout=0.1"],
+     "draws attention dropout inside the fused attention kernel"),
+    (VIT_CIFAR + ["trainer.compile=step"], "which trainer.compile=step does not trace"),
+])
+def test_dropout_a_cohort_cannot_draw_per_client_is_one_line(overrides, needle, tmp_path):
+    msg = build_error(["method=fedavg", *overrides, "trainer.cohort=4"], tmp_path)
+    assert msg.startswith("config error: trainer.cohort: ") and needle in msg and "\n" not in msg
+
+
 def test_a_cohort_that_does_not_fit_is_one_line(tmp_path, monkeypatch):
     """K stacked copies of the weights, gradients and optimizer state against the memory free on the device."""
     from fl_lightning import build

@@ -138,7 +138,7 @@ class SophiaHessian(Part):
                         for n, t in params.items():
                             u[n][i] = (torch.randint(0, 2, t.shape[1:], generator=gen, device=t.device) * 2 - 1).to(t.dtype)
                 with torch.enable_grad():
-                    hv = cohort.services.hvp(cohort, u)
+                    hv = cohort.services.hvp(cohort, u, only=refresh)
                 for n in est:
                     est[n].add_(u[n] * hv[n], alpha=1.0 / self.probes)
         opt = cohort.optimizer
