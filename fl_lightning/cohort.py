@@ -41,6 +41,7 @@ from .cohort_dropout import CohortDropout, dropout_sites
 from .services import twice_differentiable
 from .optim.state import export_optimizer_state, import_optimizer_state, is_fresh
 from .strategies.base import ClientContext, Part
+from .strategies.round_state import RoundState
 from .strategies.parts.local_optimizer import COHORT_KEY
 
 KEY = COHORT_KEY
@@ -216,7 +217,40 @@ class CohortContext:
     mask: Tensor | None = None
     count: Tensor | None = None
     services: object | None = None  # the cohort: hvp over the stacked batch (Cohort.hvp)
-    _slots: dict[str, object] = field(default_factory=dict, repr=False)
+    all_active: bool = True  # every client takes this step (host flag)
+    _states: dict[str, RoundState] = field(default_factory=dict, repr=False)
+
+    @property
+    def round(self) -> int:
+        return self.clients[0].round
+
+    def state_of(self, part: Part) -> RoundState:
+        """``part``'s Round state of the K clients, stacked (``round_state.RoundState.stacked``)."""
+        return self._states[part.name]
+
+    def copy_rows_(self, dst: list[Tensor], src: list[Tensor]) -> None:
+        """``dst ← src`` in the rows of the clients taking this step (a finished client's rows stay)."""
+        if self.all_active:
+            torch._foreach_copy_(dst, src)
+            return
+        for d, t in zip(dst, src):
+            d.copy_(torch.where(self.active_like(t), t, d))
+
+    @staticmethod
+    def norm_of(tensors: list[Tensor]) -> Tensor:
+        """Each client's 2-norm over all of ``tensors`` (K, ...): (K,)."""
+        K = tensors[0].shape[0]
+        return torch.linalg.vector_norm(torch.cat([t.reshape(K, -1) for t in tensors], dim=1), dim=1)
+
+    @staticmethod
+    def div_rows_(tensors: list[Tensor], x: Tensor) -> None:
+        """Each client's rows of ``tensors`` (K, ...) divided by its entry of ``x`` (K,)."""
+        torch._foreach_div_(tensors, [x.view(-1, *([1] * (t.dim() - 1))) for t in tensors])
+
+    def gradient_at(self, weights: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Each client's gradient at ``weights`` on its own minibatch of the step (``Cohort.gradient_at``), as
+        ``ClientContext.gradient_at`` for one client."""
+        return self.services.gradient_at(self, weights)
 
     def per_client(self, values: list, dtype=torch.float32) -> Tensor:
         """Host numbers, one per client, as a (K,) tensor on the clients' device, without waiting for the device
@@ -284,6 +318,8 @@ class Cohort:
                             optimizer=optimizer, services=self)
         for p in strategy.parts:
             if p is not opt_part and getattr(p, "batched", False):
+                if p.Round is not None:  # the clients' round states, stacked (their rows fields)
+                    ctx._states[p.name] = p.Round.stacked([c.state_of(p) for c in clients])
                 p.cohort_start(ctx)
         batches = loop.data.cohort_batches([c.id for c in clients], r, device, loop.budget)
         if batches is None:  # a transform drawing per batch: each client's own batches, stacked here
@@ -331,6 +367,8 @@ class Cohort:
                                                           for k, (v, rowed) in flat.items()})
             for p in strategy.parts:
                 if p is not opt_part and getattr(p, "batched", False):
+                    if p.Round is not None:  # its rows back into the client's own round state
+                        ctx.state_of(p).unstack_into(i, client.state_of(p))
                     p.cohort_end(ctx, i, client)
             if self.dropout:
                 self.dropout.resume(i)
@@ -375,6 +413,7 @@ class Cohort:
     def _step(self, ctx: CohortContext, optimizer, batch: dict, mask: Tensor, count: Tensor, all_active: bool,
               opt_part, strategy) -> Tensor:
         stacked = ctx.params
+        ctx.all_active = all_active
         frozen = None if all_active else self._snapshot(stacked, optimizer)
 
         if self.grads is not None:  # trainer.compile=step: the gradients as a function, compiled (one graph)

@@ -20,7 +20,7 @@ for the whole run, and no number of the step to change behind its back:
 A replay reads memory by address, so a tensor that a client brings anew instead of writing into the old one would be
 read stale without a word. So at each client's start the addresses the step reads are compared with those it was
 captured with (the parameters, every tensor of the optimizer's state and corrections, and every tensor of the
-graph-safe parts' own attributes and per-client slots); any change captures the step again.
+graph-safe parts' own attributes and per-client round states); any change captures the step again.
 
 Dropout draws from the default CUDA generator, which the capture registers (each replay advances its offset). Where a
 method's step cannot be replayed (a part not declared safe, per-client optimizer state, a failed capture), one line
@@ -84,7 +84,7 @@ def _tensors(obj, out: list, depth: int = 0) -> list:
 
 def addresses(client, strategy) -> list[int]:
     """The memory a replayed step reads: parameters, optimizer state and corrections, the graph-safe hooked parts'
-    tensors (their attributes and this client's slot)."""
+    tensors (their attributes and this client's round state)."""
     ts = list(client.params.values())
     opt = client.optimizer
     if opt is not None:
@@ -97,9 +97,9 @@ def addresses(client, strategy) -> list[int]:
                 ts += list(declared)
                 continue
             ts += _tensors(vars(part), [])
-            slot = getattr(client, "_slots", {}).get(part.name)
-            if slot is not None:
-                ts += _tensors(vars(slot), [])
+            state = getattr(client, "_states", {}).get(part.name)
+            if state is not None:
+                ts += _tensors(vars(state), [])
     return [t.data_ptr() for t in ts]
 
 

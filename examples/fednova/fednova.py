@@ -24,11 +24,14 @@ server, so nothing to checkpoint (a part with state returns it from ``state_dict
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from fl_lightning.errors import ConfigError
 from fl_lightning.strategies.base import Aggregate, ClientContext, Msg, Part, ServerContext
 from fl_lightning.strategies.records import Field, Record
+from fl_lightning.strategies.round_state import RoundState, own
 
 
 def local_work(tau: int, rho: float = 0.0) -> float:
@@ -65,7 +68,11 @@ class FedNova(Part):
         if rho and any("momentum_buffer" in s for s in client.optimizer.state.values()):
             raise ConfigError("method.parts.local_optimizer.state", "FedNova's a_i assumes the momentum buffer starts "
                               "at 0 every round, but the clients' optimizer state persists", "set it to reset")
-        client.slot(self).rho = rho
+        client.start_state(self, self.Round(rho))
+
+    @dataclass
+    class Round(RoundState):  # its state of one client's round (fl_lightning/strategies/round_state.py)
+        rho: float = own(0.0)  # the clients' heavy-ball momentum
 
     class Up(Record):  # what a client uploads, each with its weight w_i
         a = Field("a")  # a_i, its local work
@@ -74,7 +81,7 @@ class FedNova(Part):
 
     @torch.no_grad()
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        a = local_work(client.step, client.slot(self).rho)  # client.step: the local steps done (= client.num_steps)
+        a = local_work(client.step, client.state_of(self).rho)  # client.step: the local steps done (= client.num_steps)
         w = float(client.num_samples) if self.weighting == "num_samples" else 1.0
         device = next(iter(client.local.values())).device
         out = self.Up(self, {})

@@ -17,6 +17,7 @@ from ..config import root_of, instantiate, qualify
 from ..config import check_parts
 from ..errors import ConfigError
 from .base import Aggregate, ClientContext, Msg, Part, ServerContext, Strategy
+from .round_state import RoundState, own, rows, shared
 
 
 def build_strategy(cfg, key: str = "method", checked: bool = False) -> Strategy:
@@ -47,4 +48,5 @@ def build_strategy(cfg, key: str = "method", checked: bool = False) -> Strategy:
     return Strategy(cfg.name, parts, grad_clip=cfg.get("grad_clip"))
 
 
-__all__ = ["Aggregate", "ClientContext", "Msg", "Part", "ServerContext", "Strategy", "build_strategy"]
+__all__ = ["Aggregate", "ClientContext", "Msg", "Part", "RoundState", "ServerContext", "Strategy", "build_strategy", "own",
+           "rows", "shared"]

@@ -37,6 +37,7 @@ from ..messages import MODEL_KEY, Msg  # noqa: F401 (re-exported: the parts' and
 
 if TYPE_CHECKING:
     from ..client_store import ClientStateStore
+    from .round_state import RoundState
 
 
 @dataclass
@@ -79,15 +80,11 @@ class ClientServices(Protocol):
 CLIENT_TENSORS = ("weights", "grads", "optimizer.settings", "optimizer.state", "optimizer.corrections")
 
 
-class Slot:
-    """A part's scratch space for one client's round: attributes set in one hook, read in a later one."""
-
-
 @dataclass
 class ClientContext:
     """One client's round: everything a part may use while the client trains. ``state`` is its private persistent
-    state (device tensors while it trains); :meth:`slot` a part's own scratch space for the round; ``services``
-    the loop's computations on request. A part's per-client work depends on these and its own state only."""
+    state (device tensors while it trains); :meth:`state_of` a part's typed state of the round (its ``Round``:
+    :mod:`fl_lightning.strategies.round_state`); ``services`` the loop's computations on request. A part's per-client work depends on these and its own state only."""
 
     id: int
     round: int
@@ -105,7 +102,7 @@ class ClientContext:
     batch: dict | None = None             # the current minibatch (cast, on the device) during the step hooks
     loss: Tensor | None = None            # its loss (detached after backward)
     services: ClientServices | None = None  # None: a part driven without a loop (unit tests)
-    _slots: dict[str, "Slot"] = field(default_factory=dict, repr=False)
+    _states: dict[str, "RoundState"] = field(default_factory=dict, repr=False)
     _outputs: dict[str, object] = field(default_factory=dict, repr=False)
 
     def put(self, part: "Part", name: str, value) -> None:
@@ -121,13 +118,36 @@ class ClientContext:
         provides it). A part reading it declares it in ``reads_outputs`` (the method's order is checked at build)."""
         return self._outputs.get(name)
 
-    def slot(self, part: "Part") -> "Slot":
-        """``part``'s scratch space for this client's round (attributes it sets in one hook and reads in a later
-        one); it goes with the round. Made at the first use (before the step, so a compiled step finds it)."""
-        s = self._slots.get(part.name)
-        if s is None:
-            s = self._slots[part.name] = Slot()
-        return s
+    def start_state(self, part: "Part", state: "RoundState") -> "RoundState":
+        """``part``'s state of this client's round, made by its ``client_start``: an instance of its declared
+        ``Round`` (checked), which goes with the round."""
+        if part.Round is None or type(state) is not part.Round:
+            raise RuntimeError(f"{type(part).__name__} starts a round state of type {type(state).__name__}, "
+                               f"declares {getattr(part.Round, '__name__', None)}")
+        self._states[part.name] = state
+        return state
+
+    def state_of(self, part: "Part") -> "RoundState":
+        """``part``'s state of this client's round (:meth:`start_state`)."""
+        return self._states[part.name]
+
+    # a step hook written once for one client and for a cohort (whose context has the same helpers)
+    all_active = True
+
+    @staticmethod
+    def copy_rows_(dst: list[Tensor], src: list[Tensor]) -> None:
+        """``dst ← src`` (for a cohort: the rows of the clients taking this step)."""
+        torch._foreach_copy_(dst, src)
+
+    @staticmethod
+    def norm_of(tensors: list[Tensor]) -> Tensor:
+        """The 2-norm of all of ``tensors`` together (for a cohort: each client's, (K,))."""
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)))
+
+    @staticmethod
+    def div_rows_(tensors: list[Tensor], x: Tensor) -> None:
+        """``tensors /= x`` (for a cohort: each client's rows by its own entry of ``x`` (K,))."""
+        torch._foreach_div_(tensors, x)
 
     def gradient_at(self, weights: dict[str, Tensor] | None = None, batch: dict | None = None,
                     loss_fn=None) -> dict[str, Tensor]:
@@ -234,6 +254,8 @@ class Part:
     declares as records of named fields (:mod:`fl_lightning.strategies.records`)."""
 
     name: str = "part"
+    # its per-client state of a round, a RoundState dataclass (fl_lightning/strategies/round_state.py); None: none
+    Round: "type[RoundState] | None" = None
 
     def setup(self, server: ServerContext) -> None: ...
     def broadcast(self, round_idx: int) -> dict[str, Msg]:
@@ -257,16 +279,21 @@ class Part:
         None (``LocalOptimizer``: an elementwise or row-wise optimizer)."""
         return "it declares no cohort form"
 
+    # A cohort stacks the clients' Round states (rows fields, round_state.py) before the step and hands each client its
+    # rows back before its end; the step hooks below default to the part's own after_backward / after_step called
+    # with the cohort's context (the same function over stacked tensors). A part overrides one only where its
+    # batched form differs (per-client host numbers, a step the sequential loop takes by setting lr = 0).
     def cohort_start(self, cohort) -> None:
-        """(``batched``) After every client of the cohort started (``client_start``): gather what the step hooks read
-        from each client's slot into stacked tensors (leading dimension: the client)."""
+        """(``batched``) After every client started and the Round states were stacked: anything more to gather."""
     def cohort_after_backward(self, cohort) -> None:
         """(``batched``) ``after_backward`` for the cohort: ``cohort.params[n].grad`` is (K, ...); a client not in
         ``cohort.active`` has a zero gradient and its rows are restored after the step."""
+        self.after_backward(cohort)
     def cohort_after_step(self, cohort) -> None:
         """(``batched``) ``after_step`` for the cohort, on ``cohort.params`` (K, ...)."""
+        self.after_step(cohort)
     def cohort_end(self, cohort, i: int, client: ClientContext) -> None:
-        """(``batched``) Client ``i``'s rows back into its own slot, just before its ``client_end``."""
+        """(``batched``) Just before client ``i``'s ``client_end``, after its rows went back to its Round state."""
 
     provides_optimizer: bool = False  # True: the part that builds client.optimizer (the strategy's required slot)
     # True: the part's per-step hooks read and write only tensors that stay the same memory for the run (its own

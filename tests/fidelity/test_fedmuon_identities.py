@@ -8,6 +8,8 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from torch import nn
@@ -16,6 +18,7 @@ from tests.helpers.harness import (FakeData, LossModule, MLP, build, make_loop, 
                              regression_batches, run)
 from fl_lightning import seeding
 from fl_lightning.strategies.base import Part
+from fl_lightning.strategies.round_state import RoundState, own
 from fl_lightning.strategies.parts import LMOControlVariates, OptimizerStateAverage
 from tests.helpers.spies import Recorder
 
@@ -240,11 +243,16 @@ class AlignmentSpy(Recorder):
     def setup(self, server):
         self.server = server
 
+    @dataclass
+    class Round(RoundState):
+        spy: dict = own(default_factory=dict)  # the weights after the last optimizer step; the moves since, summed
+
     def client_start(self, client):
-        client.slot(self).spy = {"after_opt": None, "total": {n: torch.zeros_like(p) for n, p in client.params.items()}}
+        client.start_state(self, self.Round({"after_opt": None,
+                                             "total": {n: torch.zeros_like(p) for n, p in client.params.items()}}))
 
     def _close(self, client):
-        s = client.slot(self).spy
+        s = client.state_of(self).spy
         if s["after_opt"] is not None:
             for n, p in client.params.items():
                 s["total"][n] += p.detach() - s["after_opt"][n]
@@ -254,11 +262,11 @@ class AlignmentSpy(Recorder):
         self._close(client)
 
     def after_step(self, client):
-        client.slot(self).spy["after_opt"] = {n: p.detach().clone() for n, p in client.params.items()}
+        client.state_of(self).spy["after_opt"] = {n: p.detach().clone() for n, p in client.params.items()}
 
     def client_end(self, client):
         self._close(client)
-        self.totals.append((client.round, client.slot(self).spy["total"]))
+        self.totals.append((client.round, client.state_of(self).spy["total"]))
         return {}
 
 

@@ -12,6 +12,8 @@ here (never against another config built from the same parts):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 import torch
 from torch import nn
@@ -21,6 +23,7 @@ from fl_lightning.optim import SOAP
 from fl_lightning.optim.soap import eigenbasis
 from fl_lightning.schedule import lr_factor
 from fl_lightning.strategies.base import Part
+from fl_lightning.strategies.round_state import RoundState, own
 from fl_lightning.strategies.parts import GlobalAlignment, OptimizerStateAverage
 from tests.helpers.harness import (FakeData, LossModule, MLP, build, make_loop, method_config, mse, params_of,
                                    regression_batches, run)
@@ -154,11 +157,18 @@ class DirectionSpy(Recorder):
         self.x[r] = {n: t.detach().clone() for n, t in self.server.global_params.items()}
         return {}
 
+    @dataclass
+    class Round(RoundState):
+        dspy: dict = own(default_factory=dict)  # the weights before the optimizer's step
+
+    def client_start(self, client):
+        client.start_state(self, self.Round())
+
     def after_backward(self, client):
-        client.slot(self).dspy = {n: p.detach().clone() for n, p in client.params.items()}
+        client.state_of(self).dspy = {n: p.detach().clone() for n, p in client.params.items()}
 
     def after_step(self, client):
-        before = client.slot(self).dspy
+        before = client.state_of(self).dspy
         acc = self.opt_sum.setdefault(client.round, {n: torch.zeros_like(t, dtype=torch.float64) for n, t in before.items()})
         for n, p in client.params.items():
             acc[n] += (p.detach() - before[n]).double()

@@ -15,12 +15,14 @@ that role. The "Adam" outer optimizer is the server's (``ModelAverage(server_opt
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 import torch
 
 from ...config import Range, Validate
 from ..base import ClientContext, Part
+from ..round_state import RoundState, shared
 
 
 def lower_below_upper(lower, upper) -> bool:
@@ -46,10 +48,14 @@ class BiClip(Part):
         t = round_idx + 1
         return self.d * t ** self.gamma, self.u * t ** self.zeta
 
-    def before_step(self, client: ClientContext) -> None:
-        # the round's thresholds, outside the step: a compiled step reads two numbers that stay the same over a run
-        # with constant thresholds (the exponents 0), and never the round (a guard that fails every round)
-        client.slot(self).thresholds = self.thresholds(client.round)
+    @dataclass
+    class Round(RoundState):
+        # the round's thresholds (d_r, u_r), host numbers: a compiled step reads two numbers that stay the same over a
+        # run with constant thresholds (the exponents 0), and never the round (a guard that fails every round)
+        thresholds: tuple = shared()
+
+    def client_start(self, client: ClientContext) -> None:
+        client.start_state(self, self.Round(self.thresholds(client.round)))
 
     @staticmethod
     @torch.no_grad()
@@ -61,11 +67,8 @@ class BiClip(Part):
         torch._foreach_clamp_max_(grads, hi)
         torch._foreach_mul_(grads, signs)
 
-    def after_backward(self, client: ClientContext) -> None:
-        self.clip_([p.grad for p in client.params.values() if p.grad is not None], *client.slot(self).thresholds)
-
     batched = True  # trainer.cohort: the same elementwise clip on the stacked gradients (the round's thresholds)
 
-    def cohort_after_backward(self, cohort) -> None:
-        self.clip_([t.grad for t in cohort.params.values() if t.grad is not None],
-                   *self.thresholds(cohort.clients[0].round))
+    def after_backward(self, client: ClientContext) -> None:
+        """One client's gradients or a cohort's (K, ...) alike: elementwise."""
+        self.clip_([p.grad for p in client.params.values() if p.grad is not None], *client.state_of(self).thresholds)

@@ -39,12 +39,15 @@ Downlink: Δ_G (1 model-sized tensor over the trainable params).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from ...errors import ConfigError
 from ...config import Fraction, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..round_state import RoundState, shared
 from ..records import Field, Record
 
 
@@ -131,45 +134,42 @@ class GlobalAlignment(Part):
                 if not self.scale_wd and g.get("weight_decay"):
                     g["weight_decay"] = g["weight_decay"] / (1.0 - self.alpha)  # (η(1−α))·(λ/(1−α)) = ηλ
         step = self.lr * client.lr_factor * self.alpha  # η_r·α
-        slot = client.slot(self)
         down = self.Down(self, client.received)
         cuda = client.params[self.names[0]].is_cuda
-        slot.deltas = {n: down.DG[n] for n in self.names} if step or cuda else {}
-        slot.step = step
+        st = client.start_state(self, self.Round(deltas={n: down.DG[n] for n in self.names} if step or cuda else {},
+                                                 step=step))
         if cuda:  # −η_r·α for a step replayed as a CUDA graph (trainer.compile=graphs)
             if self._neg_step is None or self._neg_step.device != client.params[self.names[0]].device:
                 self._neg_step = torch.zeros((), dtype=torch.float64, device=client.params[self.names[0]].device)
             self._neg_step.fill_(-step)
-        slot.step_t = None  # η_r·α as a tensor for a compiled step under a schedule: a float would be a constant,
-        if step and self.scheduled:  # recompiled every round
-            slot.step_t = torch.tensor(-step, dtype=torch.float64, device=client.params[self.names[0]].device)
+        if step and self.scheduled:  # η_r·α as a tensor for a compiled step under a schedule: a float would be a
+            st.step_t = torch.tensor(-step, dtype=torch.float64, device=client.params[self.names[0]].device)  # constant
 
-    @torch.no_grad()
-    def cohort_after_step(self, cohort) -> None:
-        slot = cohort.clients[0].slot(self)  # η_r·α and Δ_G: the same for every client of the round
-        if not slot.deltas or not slot.step:
-            return
-        params = [cohort.params[n] for n in slot.deltas]
-        torch._foreach_add_(params, [dg.to(p.dtype) for p, dg in zip(params, slot.deltas.values())], alpha=-slot.step)
+    @dataclass
+    class Round(RoundState):  # the same for every client of a round
+        deltas: dict = shared(default_factory=dict)  # Δ_G per parameter ({} when η_r·α = 0 off CUDA: no step)
+        step: float = shared(0.0)                    # η_r·α
+        step_t: Tensor | None = shared()             # −η_r·α as a tensor (a compiled step under a schedule)
 
     def graph_inputs(self, client: ClientContext) -> list[Tensor]:
         """What ``after_step`` reads in a replayed step: Δ_G and −η_r·α."""
-        return [*client.slot(self).deltas.values(), *([self._neg_step] if self._neg_step is not None else [])]
+        return [*client.state_of(self).deltas.values(), *([self._neg_step] if self._neg_step is not None else [])]
 
     @torch.no_grad()
     def after_step(self, client: ClientContext) -> None:
-        slot = client.slot(self)
-        if not slot.deltas:
+        """p ← p − η_r α Δ_G: one client's weights or a cohort's (K, ...) alike (Δ_G broadcast over the clients)."""
+        st = client.state_of(self)
+        if not st.deltas:
             return
-        deltas = slot.deltas
+        deltas = st.deltas
         params = [client.params[n] for n in deltas]
         d = [dg.to(p.dtype) for p, dg in zip(params, deltas.values())]
-        if slot.step_t is not None and torch.compiler.is_compiling():  # trainer.compile: η_r·α an input of the graph
-            torch._foreach_add_(params, torch._foreach_mul(d, slot.step_t))
+        if st.step_t is not None and torch.compiler.is_compiling():  # trainer.compile: η_r·α an input of the graph
+            torch._foreach_add_(params, torch._foreach_mul(d, st.step_t))
         elif params[0].is_cuda and torch.cuda.is_current_stream_capturing():  # trainer.compile=graphs
             torch._foreach_add_(params, torch._foreach_mul(d, self._neg_step))
         else:
-            torch._foreach_add_(params, d, alpha=-slot.step)  # p ← p - η_r α Δ_G
+            torch._foreach_add_(params, d, alpha=-st.step)  # p ← p - η_r α Δ_G
 
 
 def mean_probe_gradient(part: Part, server: ServerContext, names: list[str]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

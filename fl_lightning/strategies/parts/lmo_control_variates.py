@@ -42,6 +42,8 @@ tests/fidelity/test_fedmuon_identities.py).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
@@ -49,6 +51,7 @@ from ...errors import ConfigError
 from ...optim.adapters import adapter_for
 from ...optim.state import fresh_entry
 from ..base import ClientContext, Msg, ServerContext
+from ..round_state import RoundState, own
 from ..records import Field, Record
 from .control_variate import ServerControlVariate
 
@@ -133,11 +136,15 @@ class LMOControlVariates(ServerControlVariate):
             c = down.cv[n]
             corr[client.params[n]] = c.to(old[n].dtype) - old[n]
         adapter.set_correction(corr)
-        client.slot(self).old = old
+        client.start_state(self, self.Round(old))
+
+    @dataclass
+    class Round(RoundState):
+        old: dict = own(default_factory=dict)  # C_i as the round began, per parameter
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         adapter = adapter_for(client.optimizer)
-        old = client.slot(self).old
+        old = client.state_of(self).old
         out, state = self.Up(self, {}), self.State(self, client.state)
         for n in self.names:
             m = adapter.export_state(client.params[n])["momentum_buffer"].detach()

@@ -34,6 +34,7 @@ tensor on every client).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 import torch
@@ -42,6 +43,7 @@ from torch import Tensor
 from ...config import Positive, Range
 from ...errors import ConfigError
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..round_state import RoundState, rows, shared
 from ..records import Field, Record
 from .global_alignment import mean_probe_gradient
 
@@ -133,81 +135,54 @@ class MomentumCorrection(Part):
     def client_start(self, client: ClientContext) -> None:
         names = self.names
         down, state = self.Down(self, client.received), self.State(self, client.state)
-        s = {"d": [down.d[n].to(client.params[n].dtype) for n in names]}
+        s = self.Round(d=[down.d[n].to(client.params[n].dtype) for n in names])
         if self.control:
             stored = [state.c_i.get(n) for n in names]
-            s["c_i"] = [t.to(client.params[n].dtype) if t is not None else torch.zeros_like(client.params[n])
-                        for n, t in zip(names, stored)]
-            s["acc"] = [torch.zeros_like(client.params[n]) for n in names]
+            s.c_i = [t.to(client.params[n].dtype) if t is not None else torch.zeros_like(client.params[n])
+                     for n, t in zip(names, stored)]
+            s.acc = [torch.zeros_like(client.params[n]) for n in names]
         if self.vr:
-            s["x_prev"] = {n: down.x_prev[n] for n in names}
-        client.slot(self).state = s
+            s.x_prev = {n: down.x_prev[n] for n in names}
+        client.start_state(self, s)
+
+    @dataclass
+    class Round(RoundState):
+        d: list = shared(default_factory=list)       # the received direction d^r, per parameter
+        c_i: list = rows(default_factory=list)       # (control) this client's c_i
+        acc: list = rows(default_factory=list)       # (control) the round's gradient sum
+        x_prev: dict = shared(default_factory=dict)  # (vr) x^{r-1}
 
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
-        s = client.slot(self).state
+        """One client's tensors or a cohort's (K, ...) alike: d^r and x^{r-1} broadcast over the clients, each
+        client's own gradient at x^{r-1} on its own minibatch, each client's direction to unit norm."""
+        s = client.state_of(self)
         params = [client.params[n] for n in self.names]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        if self.control:
-            torch._foreach_add_(s["acc"], grads)
+        if self.control:  # (a finished client's gradient is zero: its sum stays)
+            torch._foreach_add_(s.acc, grads)
         v = torch._foreach_mul(grads, 1.0 if self.vr else self.beta)  # a·∇F_i(x_i; ξ)
-        torch._foreach_add_(v, s["d"])
+        torch._foreach_add_(v, s.d)
         if self.control:
-            torch._foreach_add_(v, s["c_i"], alpha=-self.beta)
+            torch._foreach_add_(v, s.c_i, alpha=-self.beta)
         if self.vr:
             with torch.enable_grad():
-                old = client.gradient_at(s["x_prev"])  # ∇F_i(x^{r-1}; ξ), the same minibatch
+                old = client.gradient_at(s.x_prev)  # ∇F_i(x^{r-1}; ξ), the same minibatch
             torch._foreach_add_(v, [old[n] for n in self.names], alpha=-(1 - self.beta))
         if self.normalize:
-            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(v)))
-            torch._foreach_div_(v, norm.clamp_min(torch.finfo(norm.dtype).tiny))
+            norm = client.norm_of(v)
+            client.div_rows_(v, norm.clamp_min(torch.finfo(norm.dtype).tiny))
         for p, t in zip(params, v):
             p.grad = t
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        s = client.slot(self).state
+        s = client.state_of(self)
         out, state = self.Up(self, {}), self.State(self, client.state)
         if self.control:
             K = max(1, client.step)
-            for n, ci, acc in zip(self.names, s["c_i"], s["acc"]):
+            for n, ci, acc in zip(self.names, s.c_i, s.acc):
                 new = acc / K
                 out.dc[n] = Msg(new - ci)
                 state.c_i[n] = new
         return out.container
 
-    # ------------------------------------------------------------------ a cohort (trainer.cohort)
-    def cohort_start(self, cohort) -> None:
-        slots = [c.slot(self).state for c in cohort.clients]
-        st = {"d": slots[0]["d"]}  # the received direction: the same for every client
-        if self.control:
-            st["c_i"] = [torch.stack([s["c_i"][j] for s in slots]) for j in range(len(self.names))]
-            st["acc"] = [torch.stack([s["acc"][j] for s in slots]) for j in range(len(self.names))]
-        if self.vr:
-            st["x_prev"] = slots[0]["x_prev"]
-        cohort._slots[self.name] = st
-
-    @torch.no_grad()
-    def cohort_after_backward(self, cohort) -> None:
-        st = cohort._slots[self.name]
-        params = [cohort.params[n] for n in self.names]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        if self.control:  # a finished client's gradient is zero: its sum stays
-            torch._foreach_add_(st["acc"], grads)
-        v = torch._foreach_mul(grads, 1.0 if self.vr else self.beta)
-        torch._foreach_add_(v, [d.expand_as(t) for d, t in zip(st["d"], v)])
-        if self.control:
-            torch._foreach_add_(v, st["c_i"], alpha=-self.beta)
-        if self.vr:
-            old = cohort.services.gradient_at(cohort, st["x_prev"])  # each client at x^{r-1}, its own minibatch
-            torch._foreach_add_(v, [old[n] for n in self.names], alpha=-(1 - self.beta))
-        if self.normalize:  # each client's direction to unit norm
-            K = v[0].shape[0]
-            norm = torch.linalg.vector_norm(torch.cat([t.reshape(K, -1) for t in v], dim=1), dim=1)
-            norm = norm.clamp_min(torch.finfo(norm.dtype).tiny)
-            torch._foreach_div_(v, [norm.view(-1, *([1] * (t.dim() - 1))) for t in v])
-        for p, t in zip(params, v):
-            p.grad = t
-
-    def cohort_end(self, cohort, i: int, client: ClientContext) -> None:
-        if self.control:
-            client.slot(self).state["acc"] = [a[i] for a in cohort._slots[self.name]["acc"]]

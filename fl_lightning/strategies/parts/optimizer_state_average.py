@@ -36,6 +36,8 @@ The local optimizer should use ``state: reset`` (clients are stateless across ro
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import Tensor
 
 from ...codecs import Dense
@@ -44,6 +46,7 @@ from ...codecs.base import check_codec
 from ...errors import ConfigError
 from ...optim.adapters import adapter_for
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..round_state import RoundState, own
 from ..records import Field, Record
 
 
@@ -127,7 +130,7 @@ class OptimizerStateAverage(Part):
     def client_start(self, client: ClientContext) -> None:
         adapter = adapter_for(client.optimizer)
         names = self._selected(client, adapter)
-        client.slot(self).names = names
+        client.start_state(self, self.Round(names))
         state, down = self.State(self, client.state), self.Wire(self, client.received)
         m0 = {k: client.state.pop(k) for k in list(state.M0.keys())}
         got = False
@@ -148,11 +151,15 @@ class OptimizerStateAverage(Part):
                 if (entries is None or "momentum_buffer" in entries) and state.M0.path(n) in m0:
                     adapter.import_state(p, {"momentum_buffer": m0[state.M0.path(n)]})
 
+    @dataclass
+    class Round(RoundState):
+        names: list = own(default_factory=list)  # the parameters whose optimizer state this client averages
+
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         adapter = adapter_for(client.optimizer)
         out = self.Wire(self, {})
         rng = client.codec_rng()
-        for n in client.slot(self).names:
+        for n in client.state_of(self).names:
             p = client.params[n]
             exported = adapter.export_state(p)
             for sk in self._keys(adapter, p):

@@ -29,17 +29,20 @@ of per client is not reproduced. Only for reproducing those tables; never the de
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
 from ...errors import ConfigError
 from ..base import ClientContext, Msg, ServerContext
+from ..round_state import RoundState, own, rows
 from .control_variate import ServerControlVariate
 
 
 class ScaffoldCorrection(ServerControlVariate):
     writes = ("grads",)  # what its hooks change of the client's training tensors
-    batched = True  # trainer.cohort: the clients' corrections stacked, the gradient sums a stacked buffer
+    batched = True  # trainer.cohort: the same after_backward over the clients' stacked corrections and sums
     CONTROLS = ("mean_grad", "option2", "last_grad", "option1")
     scratch = ("_zeros", "_acc")  # a never-trained client's c_i, the gradient sum: refilled for each client
 
@@ -85,48 +88,30 @@ class ScaffoldCorrection(ServerControlVariate):
         elif self.control == "option1":  # the module holds x^r now: the fresh gradient is at the server model
             g = client.extra_gradient()
             acc = {n: g[n].detach().clone() for n in self.c}
-        client.slot(self).state = {"c_i": ci, "corr": corr, "acc": acc}
+        client.start_state(self, self.Round(corr=corr, acc=acc, c_i=ci))
 
+    @dataclass
+    class Round(RoundState):
+        corr: dict = rows(default_factory=dict)  # c − c_i per parameter: what each step adds to the gradient
+        acc: dict = rows(default_factory=dict)   # the round's gradient sum (mean_grad), last gradient (last_grad), or
+                                                 # option I's fresh gradient at x^r
+        c_i: dict = own(default_factory=dict)    # c_i as the round began
+
+    @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
-        s = client.slot(self).state
-        names = [n for n in s["corr"] if client.params[n].grad is not None]
+        """One client's tensors or a cohort's (K, ...) alike (a finished client's gradient is zero: its sum stays,
+        its last gradient is kept by ``copy_rows_``)."""
+        s = client.state_of(self)
+        names = [n for n in s.corr if client.params[n].grad is not None]
         if not names:
             return
         grads = [client.params[n].grad for n in names]
         if self.control == "mean_grad":
-            torch._foreach_add_([s["acc"][n] for n in names], grads)
+            torch._foreach_add_([s.acc[n] for n in names], grads)
         elif self.control == "last_grad":
-            torch._foreach_copy_([s["acc"][n] for n in names], grads)
+            client.copy_rows_([s.acc[n] for n in names], grads)
         if self.applied:
-            torch._foreach_add_(grads, [s["corr"][n] for n in names])
-
-    def cohort_start(self, cohort) -> None:
-        names = list(self.c)
-        slots = [c.slot(self).state for c in cohort.clients]
-        cohort._slots[self.name] = {
-            "corr": {n: torch.stack([s["corr"][n] for s in slots]) for n in names},
-            "acc": ({n: torch.stack([s["acc"][n] for s in slots]) for n in names}
-                    if self.control in ("mean_grad", "last_grad", "option1") else {}),
-        }
-
-    @torch.no_grad()
-    def cohort_after_backward(self, cohort) -> None:
-        st = cohort._slots[self.name]
-        names = [n for n in st["corr"] if cohort.params[n].grad is not None]
-        grads = [cohort.params[n].grad for n in names]
-        if self.control == "mean_grad":  # a finished client's gradient is zero: its sum stays
-            torch._foreach_add_([st["acc"][n] for n in names], grads)
-        elif self.control == "last_grad":  # a finished client keeps its last gradient
-            for n, g in zip(names, grads):
-                st["acc"][n].copy_(torch.where(cohort.active_like(g), g, st["acc"][n]))
-        if self.applied:
-            torch._foreach_add_(grads, [st["corr"][n] for n in names])
-
-    def cohort_end(self, cohort, i: int, client: ClientContext) -> None:
-        acc = cohort._slots[self.name]["acc"]
-        s = client.slot(self).state
-        if acc:
-            s["acc"] = {n: a[i] for n, a in acc.items()}
+            torch._foreach_add_(grads, [s.corr[n] for n in names])
 
     def _lrs(self, client: ClientContext) -> dict[int, float]:
         out = {}
@@ -136,14 +121,14 @@ class ScaffoldCorrection(ServerControlVariate):
         return out
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        s = client.slot(self).state
+        s = client.state_of(self)
         K = max(1, client.step)
         names = list(self.c)
         out, state, down = self.Up(self, {}), self.State(self, client.state), self.Down(self, client.received)
         if self.control == "mean_grad":
-            news = torch._foreach_div([s["acc"][n] for n in names], K)
+            news = torch._foreach_div([s.acc[n] for n in names], K)
         elif self.control in ("last_grad", "option1"):
-            news = [s["acc"][n].detach().clone() for n in names]  # the gradient buffer serves the next client too
+            news = [s.acc[n].detach().clone() for n in names]  # the gradient buffer serves the next client too
         else:
             lrs = self._lrs(client)
             news = []
@@ -154,8 +139,8 @@ class ScaffoldCorrection(ServerControlVariate):
                                       "use control=mean_grad or a schedule that does not reach 0")
                 x, y = client.global_params[n], client.local[n].detach()
                 c = down.cv[n].to(y.dtype)
-                news.append(s["c_i"][n] - c + (x - y) / (K * lr))
-        deltas = torch._foreach_sub(news, [s["c_i"][n] for n in names])  # Δc_i = c_i⁺ − c_i
+                news.append(s.c_i[n] - c + (x - y) / (K * lr))
+        deltas = torch._foreach_sub(news, [s.c_i[n] for n in names])  # Δc_i = c_i⁺ − c_i
         for n, new, d in zip(names, news, deltas):
             out.delta[n] = Msg(d, 1.0)
             state.c_i[n] = new

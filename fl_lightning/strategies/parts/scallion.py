@@ -23,6 +23,7 @@ dense and are averaged.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated
 
 import torch
@@ -33,6 +34,7 @@ from ...codecs.base import UnbiasedCodec, check_codec
 from ...errors import ConfigError
 from ...config import Positive, Range
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..round_state import RoundState, own, rows
 from ..records import Field, Record
 
 
@@ -74,30 +76,25 @@ class Scallion(Part):
     def client_start(self, client: ClientContext) -> None:
         state, down = self.State(self, client.state), self.Down(self, client.received)
         ci = {n: state.ci.get(n, torch.zeros_like(c)) for n, c in self.c.items()}
-        slot = client.slot(self)
-        slot.ci = ci
-        slot.corr = {n: down.c[n] - ci[n] for n in self.c}
+        client.start_state(self, self.Round(ci=ci, corr={n: down.c[n] - ci[n] for n in self.c}))
 
+    @dataclass
+    class Round(RoundState):
+        corr: dict = rows(default_factory=dict)  # c − c_i per parameter: what each step adds to the gradient
+        ci: dict = own(default_factory=dict)     # c_i as the round began
+
+    batched = True  # trainer.cohort: the same after_backward, each client's correction c − c_i stacked
+
+    @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
-        corr = client.slot(self).corr
+        """g ← g + (c − c_i), one client's or a cohort's (K, ...) tensors alike."""
+        corr = client.state_of(self).corr
         names = [n for n, p in client.params.items() if n in corr and p.grad is not None]
         torch._foreach_add_([client.params[n].grad for n in names], [corr[n] for n in names])
 
-    batched = True  # trainer.cohort: each client's correction c − c_i stacked
-
-    def cohort_start(self, cohort) -> None:
-        corr = [c.slot(self).corr for c in cohort.clients]
-        cohort._slots[self.name] = {n: torch.stack([k[n] for k in corr]) for n in self.c}
-
-    @torch.no_grad()
-    def cohort_after_backward(self, cohort) -> None:
-        corr = cohort._slots[self.name]
-        names = [n for n, t in cohort.params.items() if n in corr and t.grad is not None]
-        torch._foreach_add_([cohort.params[n].grad for n in names], [corr[n] for n in names])
-
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         k_eta = max(1, client.step) * self.lr * client.lr_factor
-        ci = client.slot(self).ci
+        ci = client.state_of(self).ci
         rng = client.codec_rng()
         out, state, down = self.Up(self, {}), self.State(self, client.state), self.Down(self, client.received)
         for n, x in client.global_params.items():

@@ -24,6 +24,8 @@ x̄, m̄, v̄: 3 model-sized tensors each). The clamp α ≤ 1 is ours (c η_t²
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Annotated
 
 import torch
@@ -31,6 +33,7 @@ from torch import Tensor
 
 from ...config import Fraction, NonNegative, OneOf, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
+from ..round_state import RoundState, own, rows
 from ..records import Field, Record
 from .global_alignment import mean_probe_gradient
 
@@ -93,85 +96,87 @@ class SharedAdaptiveStorm(Part):
         m, v = recv(down.m), recv(down.v)
         H = torch._foreach_add(torch._foreach_sqrt(v), self.rho)
         t0 = client.round * client.num_steps
-        s = {"m": m, "v": v, "H": H, "t0": t0, "prev": {n: p.detach().clone() for n, p in zip(self.names, params)},
-             # a compiled step's 1 − α and η (before_step): 0-d tensors filled in place, inputs of the graph (a float
-             # is a constant of it, recompiled for every new value: every step)
-             "keep_t": torch.zeros((), dtype=torch.float64, device=params[0].device),
-             "scale_t": torch.zeros((), dtype=torch.float64, device=params[0].device)}
-        client.slot(self).state = s
+        client.start_state(self, self.Round(
+            m=m, v=v, H=H, t0=t0, prev={n: p.detach().clone() for n, p in zip(self.names, params)},
+            keep_t=torch.zeros((), dtype=torch.float64, device=params[0].device),
+            scale_t=torch.zeros((), dtype=torch.float64, device=params[0].device)))
         lrs = {id(p): g["lr"] for g in client.optimizer.param_groups for p in g["params"]}
         for p, mi, h in zip(params, m, H):  # the round's first step: x̄ − γ η_t m̄ / H
             p.addcdiv_(mi, h, value=-lrs[id(p)] * self.eta(t0))
 
+    @dataclass
+    class Round(RoundState):
+        m: list = rows(default_factory=list)     # the STORM momentum m_t, per parameter
+        v: list = rows(default_factory=list)     # the second moment v_t
+        H: list = rows(default_factory=list)     # √v̄ + ρ of the round's start (the shared preconditioner)
+        t0: int = rows(0)                        # the global step count at the round's start
+        prev: dict = rows(default_factory=dict)  # x_t, where the last gradient was taken
+        # the step's 1 − α and η (before_step) as host numbers, and for a compiled step as 0-d tensors filled in
+        # place, inputs of the graph (a float is a constant of it, recompiled for every new value: every step)
+        keep: float = own(1.0)
+        scale: float = own(0.0)
+        keep_t: Tensor | None = own()
+        scale_t: Tensor | None = own()
+
     def before_step(self, client: ClientContext) -> None:
         """The step's two numbers, from the step count, outside the step (a compiled step then reads no count):
         1 − α_{t+1} and the step size η_{t+1} of the direction, 0 after the round's last gradient (absorbed, no step)."""
-        s = client.slot(self).state
-        t = s["t0"] + client.step  # the step that produced the current point
+        s = client.state_of(self)
+        t = s.t0 + client.step  # the step that produced the current point
         alpha = min(1.0, self.c * self.eta(t) ** 2)
         last = client.step + 1 >= client.num_steps
-        s["keep"], s["scale"] = 1.0 - alpha, 0.0 if last else self.eta(t + 1)
-        s["keep_t"].fill_(s["keep"])
-        s["scale_t"].fill_(s["scale"])
+        s.keep, s.scale = 1.0 - alpha, 0.0 if last else self.eta(t + 1)
+        s.keep_t.fill_(s.keep)
+        s.scale_t.fill_(s.scale)
 
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
-        s = client.slot(self).state
+        s = client.state_of(self)
         params = [client.params[n] for n in self.names]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         with torch.enable_grad():
-            old = client.gradient_at(s["prev"])  # ∇F_i(x_t; ξ), the same minibatch
-        m = s["m"]
+            old = client.gradient_at(s.prev)  # ∇F_i(x_t; ξ), the same minibatch
+        m = s.m
         compiled = torch.compiler.is_compiling()  # trainer.compile: the numbers as tensors (eager: the floats)
         torch._foreach_sub_(m, [old[n] for n in self.names])
-        torch._foreach_mul_(m, s["keep_t"] if compiled else s["keep"])
+        torch._foreach_mul_(m, s.keep_t if compiled else s.keep)
         torch._foreach_add_(m, grads)                         # m ← ∇F(x_{t+1}) + (1 − α)(m − ∇F(x_t))
-        torch._foreach_mul_(s["v"], self.decay)
-        torch._foreach_addcmul_(s["v"], grads, grads, value=1.0 - self.decay)
-        s["prev"] = {n: p.detach().clone() for n, p in zip(self.names, params)}
-        direction = torch._foreach_div(m, s["H"])
-        torch._foreach_mul_(direction, s["scale_t"] if compiled else s["scale"])  # the last gradient: no step
+        torch._foreach_mul_(s.v, self.decay)
+        torch._foreach_addcmul_(s.v, grads, grads, value=1.0 - self.decay)
+        s.prev = {n: p.detach().clone() for n, p in zip(self.names, params)}
+        direction = torch._foreach_div(m, s.H)
+        torch._foreach_mul_(direction, s.scale_t if compiled else s.scale)  # the last gradient: no step
         for p, d in zip(params, direction):
             p.grad = d
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
-        s = client.slot(self).state
-        return self._send(dict(zip(self.names, s["m"])), dict(zip(self.names, s["v"])))
+        s = client.state_of(self)
+        return self._send(dict(zip(self.names, s.m)), dict(zip(self.names, s.v)))
 
     # ------------------------------------------------------------------ a cohort (trainer.cohort)
-    def cohort_start(self, cohort) -> None:
-        slots = [c.slot(self).state for c in cohort.clients]
-        j = range(len(self.names))
-        cohort._slots[self.name] = {key: [torch.stack([s[key][i] for s in slots]) for i in j] for key in ("m", "v", "H")}
-        cohort._slots[self.name]["t0"] = [s["t0"] for s in slots]
-        cohort._slots[self.name]["prev"] = {n: torch.stack([s["prev"][n] for s in slots]) for n in self.names}
-
     @torch.no_grad()
     def cohort_after_backward(self, cohort) -> None:
-        st = cohort._slots[self.name]
+        st = cohort.state_of(self)
         params = [cohort.params[n] for n in self.names]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         keep, scale, decay = [], [], []
-        for c, t0 in zip(cohort.clients, st["t0"]):  # each client's numbers from its own count (host numbers)
+        for c, t0 in zip(cohort.clients, st.t0):  # each client's numbers from its own count (host numbers)
             t, done = t0 + cohort.step, cohort.step >= c.num_steps  # a finished client's m and v stay as they are
             keep.append(1.0 if done else 1.0 - min(1.0, self.c * self.eta(t) ** 2))
             scale.append(0.0 if cohort.step + 1 >= c.num_steps else self.eta(t + 1))
             decay.append(1.0 if done else self.decay)
         dt = params[0].dtype
         keep_t, scale_t, decay_t = (cohort.per_client(x, dt) for x in (keep, scale, decay))
-        old = cohort.services.gradient_at(cohort, st["prev"])  # each client at its previous point, its own minibatch
-        m = st["m"]
+        old = cohort.services.gradient_at(cohort, st.prev)  # each client at its previous point, its own minibatch
+        m = st.m
         torch._foreach_sub_(m, [old[n] for n in self.names])
         torch._foreach_mul_(m, [keep_t.view(-1, *([1] * (t.dim() - 1))) for t in m])
         torch._foreach_add_(m, grads)
-        torch._foreach_mul_(st["v"], [decay_t.view(-1, *([1] * (t.dim() - 1))) for t in st["v"]])
-        torch._foreach_addcmul_(st["v"], grads, grads, value=1.0 - self.decay)  # a finished client's gradient is 0
-        st["prev"] = {n: p.detach().clone() for n, p in zip(self.names, params)}
-        direction = torch._foreach_div(m, st["H"])
+        torch._foreach_mul_(st.v, [decay_t.view(-1, *([1] * (t.dim() - 1))) for t in st.v])
+        torch._foreach_addcmul_(st.v, grads, grads, value=1.0 - self.decay)  # a finished client's gradient is 0
+        st.prev = {n: p.detach().clone() for n, p in zip(self.names, params)}
+        direction = torch._foreach_div(m, st.H)
         torch._foreach_mul_(direction, [scale_t.view(-1, *([1] * (t.dim() - 1))) for t in direction])
         for p, d in zip(params, direction):
             p.grad = d
 
-    def cohort_end(self, cohort, i: int, client: ClientContext) -> None:
-        st, s = cohort._slots[self.name], client.slot(self).state
-        s["m"], s["v"] = [t[i] for t in st["m"]], [t[i] for t in st["v"]]

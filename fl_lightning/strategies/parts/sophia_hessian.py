@@ -27,6 +27,8 @@ Costs one extra forward and a double backward (hutchinson) or one forward/backwa
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Annotated
 
 import torch
@@ -35,6 +37,7 @@ from ...errors import ConfigError
 from ...optim.capabilities import SampledLabelLoss, TakesHessianEstimates
 from ...config import Range
 from ..base import ClientContext, Part
+from ..round_state import RoundState, own
 from ..records import Field, Record
 
 
@@ -65,28 +68,33 @@ class SophiaHessian(Part):
         if self.estimator == "gnb" and not isinstance(client.module, SampledLabelLoss):
             raise self.error("estimator", f"estimator=gnb needs a model with sampled_label_loss "
                              f"({type(client.module).__name__} has none)", "use estimator=hutchinson")
-        slot = client.slot(self)
         if self.counter == "global":
-            slot.t0 = client.round * client.num_steps
+            t0 = client.round * client.num_steps
         elif self.counter == "client":  # the steps this client took in its earlier rounds
             done = self.State(self, client.state).steps.get()
-            slot.t0 = 0 if done is None else int(done)
+            t0 = 0 if done is None else int(done)
         else:
-            slot.t0 = 0
-        slot.rng = None
+            t0 = 0
+        client.start_state(self, self.Round(t0=t0))
+
+    @dataclass
+    class Round(RoundState):  # a cohort reads each client's own (its refresh steps from its own count)
+        t0: int = own(0)                         # the step count the round starts from (``counter``)
+        rng: torch.Generator | None = own()      # the probes' (or sampled labels') stream of this (client, round)
+        refresh: bool = own(False)               # this step refreshes ĥ (decided before the step)
 
     def client_end(self, client: ClientContext) -> dict:
         if self.counter == "client":
-            t = client.slot(self).t0 + client.step
+            t = client.state_of(self).t0 + client.step
             dev = next(iter(client.global_params.values())).device
             self.State(self, client.state).steps.set(torch.tensor(t, dtype=torch.int64, device=dev))
         return {}
 
     def _generator(self, client: ClientContext) -> torch.Generator:
-        slot = client.slot(self)
-        if getattr(slot, "rng", None) is None:  # one stream per (client, round), drawn from step to step
-            slot.rng = client.rng(self.estimator)
-        return slot.rng
+        st = client.state_of(self)
+        if st.rng is None:  # one stream per (client, round), drawn from step to step
+            st.rng = client.rng(self.estimator)
+        return st.rng
 
     def estimate(self, client: ClientContext) -> dict[str, torch.Tensor]:
         """ĥ per trainable parameter name, on the current minibatch at the current weights."""
@@ -108,11 +116,11 @@ class SophiaHessian(Part):
         return est
 
     def before_step(self, client: ClientContext) -> None:
-        slot = client.slot(self)
-        slot.refresh = (slot.t0 + client.step + 1) % self.every == 0  # the step being taken: k = client.step + 1
+        st = client.state_of(self)
+        st.refresh = (st.t0 + client.step + 1) % self.every == 0  # the step being taken: k = client.step + 1
 
     def after_backward(self, client: ClientContext) -> None:
-        if not client.slot(self).refresh:  # decided before the step (a compiled step guards on no step count)
+        if not client.state_of(self).refresh:  # decided before the step (a compiled step guards on no step count)
             return
         est = self.estimate(client)
         client.optimizer.update_hessian({client.params[n]: h for n, h in est.items()})
@@ -121,7 +129,7 @@ class SophiaHessian(Part):
     def cohort_after_backward(self, cohort) -> None:
         """The clients whose step k is a refresh step (their own counters) get ĥ at their rows; the others' curvature
         EMA rows stay as they were."""
-        refresh = [cohort.step < c.num_steps and (c.slot(self).t0 + cohort.step + 1) % self.every == 0
+        refresh = [cohort.step < c.num_steps and (c.state_of(self).t0 + cohort.step + 1) % self.every == 0
                    for c in cohort.clients]
         if not any(refresh):
             return

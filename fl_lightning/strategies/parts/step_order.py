@@ -23,11 +23,14 @@ momentum and no Nesterov, after the part that loads the momentum (OptimizerState
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ...errors import ConfigError
 from ...optim.capabilities import StepsAlongDirection
 from ..base import ClientContext, Part
+from ..round_state import RoundState, own
 
 
 class MuonStepOrder(Part):
@@ -52,8 +55,15 @@ class MuonStepOrder(Part):
                                   "set the Muon momentum_style to ema and nesterov=false, or method.order=standard")
         return groups
 
+    @dataclass
+    class Round(RoundState):
+        last: bool = own(False)   # this step is the round's last (alg1: taken with lr 0, decided before the step)
+        lrs: list | None = own()  # the Muon groups' lrs while that step runs with lr 0 (after_backward to after_step)
+        kept: tuple | None = own()  # a cohort's: (clients at their last step, the Muon weights before the step)
+
     @torch.no_grad()
     def client_start(self, client: ClientContext) -> None:
+        client.start_state(self, self.Round())
         if self.order != "alg1":
             return
         opt = client.optimizer
@@ -64,20 +74,21 @@ class MuonStepOrder(Part):
     def before_step(self, client: ClientContext) -> None:
         # whether this is the round's last step, decided outside the step: a compiled step reads one flag, not the
         # step count and K (guards that fail at the next step, and for every other K: under local epochs per client)
-        slot = client.slot(self)
-        slot.last = self.order == "alg1" and client.step == client.num_steps - 1
-        slot.lrs = None  # the Muon groups' lrs while the last step runs with lr 0 (after_backward to after_step)
+        st = client.state_of(self)
+        st.last = self.order == "alg1" and client.step == client.num_steps - 1
+        st.lrs = None
 
     def after_backward(self, client: ClientContext) -> None:
-        if client.slot(self).last:
+        st = client.state_of(self)
+        if st.last:
             groups = self._muon_groups(client)
-            client.slot(self).lrs = [g["lr"] for g in groups]
+            st.lrs = [g["lr"] for g in groups]
             for g in groups:
                 g["lr"] = 0.0  # absorb the gradient at X_tau into M (line 5) without another step
 
     def after_step(self, client: ClientContext) -> None:
-        slot = client.slot(self)
-        lrs, slot.lrs = slot.lrs, None
+        st = client.state_of(self)
+        lrs, st.lrs = st.lrs, None
         if lrs is not None:
             for g, lr in zip(self._muon_groups(client), lrs):
                 g["lr"] = lr
@@ -85,17 +96,17 @@ class MuonStepOrder(Part):
     @torch.no_grad()
     def cohort_after_backward(self, cohort) -> None:
         last = [cohort.step == c.num_steps - 1 for c in cohort.clients]  # host numbers: no sync
-        slot = cohort._slots.setdefault(self.name, {})
-        slot["kept"] = None
+        st = cohort.state_of(self)
+        st.kept = None
         if self.order != "alg1" or not any(last):
             return
         muon = [p for g in cohort.optimizer.param_groups if g["use_muon"] for p in g["params"]]
         mask = cohort.per_client(last, torch.bool)
-        slot["kept"] = (mask, [(p, p.clone()) for p in muon])
+        st.kept = (mask, [(p, p.clone()) for p in muon])
 
     @torch.no_grad()
     def cohort_after_step(self, cohort) -> None:
-        kept = cohort._slots.get(self.name, {}).get("kept")
+        kept = cohort.state_of(self).kept
         if kept is None:
             return
         mask, saved = kept

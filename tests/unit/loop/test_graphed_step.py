@@ -62,8 +62,8 @@ def test_the_step_is_captured_again_when_what_it_reads_moves(tmp_path):
     second = loop.start_client(loop.owned[1], 0, received, 1.0)
     assert addresses(second, loop.strategy) == before
     part = next(p for p in loop.strategy.parts if type(p).__name__ == "GlobalAlignment")
-    slot = second.slot(part)
-    slot.deltas = {n: t.clone() for n, t in slot.deltas.items()}
+    state = second.state_of(part)
+    state.deltas = {n: t.clone() for n, t in state.deltas.items()}
     assert addresses(second, loop.strategy) != before
 
 

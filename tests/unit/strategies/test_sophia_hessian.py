@@ -83,12 +83,10 @@ def test_empirical_and_gnb_estimators_equal_direct_computations():
 
         def __init__(self):
             self.params, self.batch, self.module = params, batch, module
-            self.slots = {}
+            self.states = {}
 
-        def slot(self, part):
-            from types import SimpleNamespace
-
-            return self.slots.setdefault(part.name, SimpleNamespace())
+        def state_of(self, part):  # the part's round state as its client_start would make it
+            return self.states.setdefault(part.name, part.Round())
 
         def rng(self, purpose):
             return torch.Generator().manual_seed(123)

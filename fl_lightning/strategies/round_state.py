@@ -1,0 +1,108 @@
+"""A part's per-client state of one round, as a typed value (the shape of an optax transformation, whose state is a
+value its functions take and return): what the part's ``client_start`` makes (``client.start_state``), its step
+hooks read and update (``client.state_of(part)``) and its ``client_end`` reads. One dataclass per part, its
+``Round``; every field says how a cohort of K clients (``trainer.cohort``, fl_lightning/cohort.py) holds it:
+
+    rows()     one value per client, stacked along a leading client dimension (a tensor, a list or dict of tensors;
+               host numbers become a list of K): the step hooks update each client's row, and each client gets its
+               row back (views) before its end
+    shared()   the same for every client of the round (the received Δ_G, the round's thresholds): the first client's
+    own()      the client's alone and not read by the step hooks (its stored c_i before the round, a generator)
+
+So a part's step hook is one function of (its state, the step's tensors): called by the sequential loop with one
+client's state and tensors, and by a cohort with the stacked ones (``Part.after_backward(cohort)``), where the
+context's few stacked-aware helpers (``copy_rows_``, ``norm_of``) keep a finished client's rows as they were.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor
+
+ROWS, SHARED, OWN = "rows", "shared", "own"
+
+
+def rows(default=None, default_factory=None) -> Any:
+    """A field with one value per client (stacked in a cohort)."""
+    return _field(ROWS, default, default_factory)
+
+
+def shared(default=None, default_factory=None) -> Any:
+    """A field every client of a round holds the same (the cohort keeps the first client's)."""
+    return _field(SHARED, default, default_factory)
+
+
+def own(default=None, default_factory=None) -> Any:
+    """A field of the client's own that the step hooks do not read (not stacked)."""
+    return _field(OWN, default, default_factory)
+
+
+def _field(kind: str, default, default_factory):
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata={"cohort": kind})
+    return field(default=default, metadata={"cohort": kind})
+
+
+@dataclass
+class RoundState:
+    """The base of a part's ``Round`` (see the module docstring); every field made by :func:`rows`, :func:`shared`
+    or :func:`own`."""
+
+    @classmethod
+    def kinds(cls) -> dict[str, str]:
+        """``{field: rows | shared | own}``."""
+        out = {}
+        for f in dataclasses.fields(cls):
+            kind = f.metadata.get("cohort")
+            if kind not in (ROWS, SHARED, OWN):
+                raise TypeError(f"{cls.__qualname__}.{f.name}: declare it with rows(), shared() or own()")
+            out[f.name] = kind
+        return out
+
+    @classmethod
+    def stacked(cls, states: list["RoundState"]) -> "RoundState":
+        """K clients' states as one: ``rows`` fields stacked, ``shared`` ones the first client's, ``own`` ones None."""
+        values = {}
+        for name, kind in cls.kinds().items():
+            if kind == ROWS:
+                values[name] = _stack([getattr(s, name) for s in states])
+            elif kind == SHARED:
+                values[name] = getattr(states[0], name)
+            else:
+                values[name] = None
+        return cls(**values)
+
+    def unstack_into(self, i: int, state: "RoundState") -> None:
+        """Client ``i``'s rows of this stacked state into its own ``state`` (views: no copy)."""
+        for name, kind in self.kinds().items():
+            if kind == ROWS:
+                setattr(state, name, _row(getattr(self, name), i))
+
+
+def _stack(values: list):
+    import torch
+
+    first = values[0]
+    if first is None:
+        return None
+    if isinstance(first, Tensor):
+        return torch.stack(values)
+    if isinstance(first, dict):
+        return {k: _stack([v[k] for v in values]) for k in first}
+    if isinstance(first, (list, tuple)) and (not first or isinstance(first[0], Tensor)):
+        return [_stack([v[j] for v in values]) for j in range(len(first))]
+    return list(values)  # host numbers (a step count): one per client
+
+
+def _row(value, i: int):
+    if value is None:
+        return None
+    if isinstance(value, Tensor):
+        return value[i]
+    if isinstance(value, dict):
+        return {k: _row(v, i) for k, v in value.items()}
+    if value and isinstance(value[0], Tensor):
+        return [t[i] for t in value]
+    return value[i] if value else value
