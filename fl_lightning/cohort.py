@@ -29,6 +29,7 @@ whose stacked copies do not fit the free memory are refused in one line naming w
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -38,13 +39,15 @@ from torch import Tensor, nn
 
 from .errors import ConfigError, NonFiniteLossError
 from .cohort_dropout import CohortDropout, dropout_sites
+from .cohort_optimizer import ClientByClient, copy_of
 from .services import twice_differentiable
-from .optim.state import export_optimizer_state, import_optimizer_state, is_fresh
+from .optim.state import PY, export_optimizer_state, import_optimizer_state, is_fresh
 from .strategies.base import ClientContext, Part
 from .strategies.round_state import RoundState
 from .strategies.parts.local_optimizer import COHORT_KEY
 
 KEY = COHORT_KEY
+log = logging.getLogger("fl_lightning")
 
 
 def part_batches(part: Part) -> bool:
@@ -64,13 +67,16 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
                           "use trainer.compile=step (or none) with trainer.cohort, or trainer.cohort=1")
     for p in strategy.parts:
         if p.provides_optimizer:
-            reason = p.cohort_refusal()
-            if reason:
+            mode, reason = p.cohort_mode()
+            if mode is None:
                 raise ConfigError(KEY, f"method {strategy.name!r}: its local optimizer cannot run batched ({reason})",
                                   "use trainer.cohort=1")
         elif not part_batches(p):
             raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}) has per-step "
                               "hooks without a batched form", "use trainer.cohort=1 for this method")
+        elif getattr(p, "batched", False) and p.cohort_check(module):
+            raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}): "
+                              f"{p.cohort_check(module)}", "use trainer.cohort=1 for this method")
     if not callable(getattr(module, "sample_losses", None)):
         raise ConfigError(KEY, f"model {type(module).__name__} has no per-example losses (sample_losses)",
                           "use trainer.cohort=1 for this model")
@@ -98,20 +104,25 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
 def load_rows(opt, template, states: list, corrections: list, stacked: dict, names: list, params: dict) -> set:
     """Each client's optimizer state as its start left it (``states``: a flat export, None for a fresh one) and its
     corrections (``Muon.set_correction``), stacked into ``opt`` over the stacked parameters. A per-parameter entry of
-    the parameter's shape is stacked along the client dimension; any other entry (a step count) must be the same for
-    every client of the cohort. Returns the flat keys that were stacked."""
+    the parameter's shape is stacked along the client dimension, and so is a counter ``opt`` holds per client
+    (``cohort_counters``: RowAdam's and Sophia's ``step``, (K,)); any other entry must be the same for every client
+    of the cohort. Returns the flat keys that were stacked."""
     rowed: set = set()
     if any(s is not None for s in states):
         shapes = {str(i): params[n].shape for i, n in enumerate(_order(template, params))}
-        filled = [s if s is not None else None for s in states]
-        keys = {k for s in filled if s is not None for k in s}
+        counters = set(getattr(opt, "cohort_counters", ()))
+        keys = {k for s in states if s is not None for k in s}
         flat = {}
         for key in keys:
-            vals = [s[key] if s is not None else None for s in filled]
-            head = key.split("/", 1)[0]
+            vals = [s[key] if s is not None else None for s in states]
+            head, entry = key.split("/", 1)
             ref = next(v for v in vals if v is not None)
             if head in shapes and ref.shape == shapes[head]:
                 flat[key] = torch.stack([v if v is not None else torch.zeros_like(ref) for v in vals])
+                rowed.add(key)
+            elif head in shapes and entry.removesuffix(PY) in counters and ref.dim() == 0:  # one count per client
+                flat[f"{head}/{entry.removesuffix(PY)}"] = torch.stack(
+                    [v if v is not None else torch.zeros_like(ref) for v in vals])
                 rowed.add(key)
             else:
                 if any(v is not None and not torch.equal(v, ref) for v in vals):
@@ -282,6 +293,10 @@ class Cohort:
                 if isinstance(getattr(m, "fused_attn", None), bool):
                     m.fused_attn = False
         self.losses = _Losses(loop.module)
+        mode, why = loop.strategy.optimizer_part().cohort_mode()
+        self.per_client = mode == "per_client"  # each client's own optimizer on its rows (cohort_optimizer.py)
+        if self.per_client and getattr(loop, "rank", 0) == 0:
+            log.info("trainer.cohort: the local optimizer steps each client's rows with its own optimizer (%s)", why)
         self.dropout = CohortDropout(loop.module, loop.device)  # each client's masks from its own stream
         self._rows: list[int] = []  # each client's real rows in this step (host numbers)
         self.names = list(loop.params)
@@ -298,7 +313,7 @@ class Cohort:
         opt_part = strategy.optimizer_part()
         K, device = len(cids), loop.device
         stacked = self._stacked(K)
-        clients, hparams, states, corrections = [], [], [], []
+        clients, hparams, states, corrections, own = [], [], [], [], []
         self.dropout.start()
         for i, cid in enumerate(cids):  # each client's start as in the sequential loop, then its values as row i
             client = loop.start_client(cid, r, received, lr_f)
@@ -307,13 +322,19 @@ class Cohort:
             opt = client.optimizer
             with torch.no_grad():  # the weights as its start left them (the global model, or a part's first move)
                 torch._foreach_copy_([stacked[n][i] for n in self.names], [loop.params[n] for n in self.names])
-            hparams.append([{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups])
-            states.append(None if is_fresh(opt) else {k: v.clone() for k, v in export_optimizer_state(opt).items()})
-            corrections.append(dict(getattr(opt, "corrections", None) or {}))
+            if self.per_client:  # a copy of the optimizer its start built (settings, state, corrections)
+                own.append(copy_of(opt, opt_part.new_optimizer(client)))
+            else:
+                hparams.append([{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups])
+                states.append(None if is_fresh(opt) else {k: v.clone() for k, v in export_optimizer_state(opt).items()})
+                corrections.append(dict(getattr(opt, "corrections", None) or {}))
             clients.append(client)
         steps = [c.num_steps for c in clients]
-        optimizer = opt_part.cohort_optimizer(clients[-1].optimizer, hparams, stacked, self.names, loop.params)
-        load_rows(optimizer, clients[-1].optimizer, states, corrections, stacked, self.names, loop.params)
+        if self.per_client:
+            optimizer = ClientByClient(own, [loop.params[n] for n in self.names], [stacked[n] for n in self.names])
+        else:
+            optimizer = opt_part.cohort_optimizer(clients[-1].optimizer, hparams, stacked, self.names, loop.params)
+            load_rows(optimizer, clients[-1].optimizer, states, corrections, stacked, self.names, loop.params)
         ctx = CohortContext(clients, stacked, loop.global_params, torch.ones(K, dtype=torch.bool, device=device),
                             optimizer=optimizer, services=self)
         for p in strategy.parts:
@@ -333,6 +354,8 @@ class Cohort:
         for k, (batch, mask, count, active, rows) in enumerate(batches):
             batch = loop.services.cast_floats(batch)
             self._rows = rows
+            if self.per_client:
+                optimizer.active = [n > 0 for n in rows]
             ctx.active, ctx.step, ctx.batch, ctx.mask, ctx.count = active, k, batch, mask, count
             for c, n in zip(clients, steps):  # the steps each client has done (what its sequential hooks see)
                 c.step = min(k, n)
@@ -347,11 +370,18 @@ class Cohort:
         if first is None or k + 1 != max(steps):  # the data's batches and the clients' step counts disagree
             raise RuntimeError(f"cohort of clients {[c.id for c in clients]}: the data gave "
                                f"{0 if first is None else k + 1} steps, the clients take up to {max(steps)}")
-        flat = {}
+        flat, counts = {}, {}
         if optimizer.state:  # each client's optimizer state goes back for the parts that read it at its end
             order = _order(optimizer, {n: stacked[n] for n in self.names})
-            flat = {k: (v, k.split("/", 1)[0].isdigit() and v.shape == stacked[order[int(k.split("/", 1)[0])]].shape)
-                    for k, v in export_optimizer_state(optimizer).items()}
+            per_client = set(getattr(optimizer, "cohort_counters", ()))
+
+            def rowed(k: str, v: Tensor) -> bool:
+                head, entry = k.split("/", 1)
+                return head.isdigit() and (v.shape == stacked[order[int(head)]].shape
+                                           or (entry in per_client and v.shape == (K,)))
+            flat = {k: (v, rowed(k, v)) for k, v in export_optimizer_state(optimizer).items()}
+            python = {k.removesuffix(PY) for s in states if s is not None for k in s if k.endswith(PY)}
+            counts = {k: v.tolist() for k, (v, r) in flat.items() if r and k in python}  # a client's Python counter
         means = [x / max(1, s) for x, s in zip(loss_sum.tolist(), steps)]  # one read per cohort
         firsts = first.tolist() if first is not None else [0.0] * K
         for i, client in enumerate(clients):
@@ -361,10 +391,13 @@ class Cohort:
             with torch.no_grad():  # the client's trained weights into the module, where its client_end reads them
                 torch._foreach_copy_([loop.params[n] for n in self.names], [stacked[n][i] for n in self.names])
             client.step = steps[i]
-            if flat:
-                own = finished.get(i, {})
-                import_optimizer_state(client.optimizer, {k: (v[i] if rowed else own.get(k, v))
-                                                          for k, (v, rowed) in flat.items()})
+            if self.per_client:
+                optimizer.hand_back(i, client.optimizer)
+            elif flat:
+                kept = finished.get(i, {})
+                mine = {k: (v[i] if r else kept.get(k, v)) for k, (v, r) in flat.items() if k not in counts}
+                mine.update({k + PY: torch.tensor(c[i]) for k, c in counts.items()})
+                import_optimizer_state(client.optimizer, mine)
             for p in strategy.parts:
                 if p is not opt_part and getattr(p, "batched", False):
                     if p.Round is not None:  # its rows back into the client's own round state
@@ -446,26 +479,53 @@ class Cohort:
         splits them (``sample_outputs`` / ``sample_losses_of``: a vmapped cross-entropy takes twice the kernels).
         ``only``: the clients whose sequential step runs this forward (the others' losses are not used, and their
         dropout streams do not draw); default: the step's active clients."""
-        def client_outputs(ps, b, masks=()):
+        with self.loop.fabric.autocast():
+            out = self.client_outputs(params, batch, only)
+            if self.losses.split:
+                out = self._sample_losses(out, batch)
+            return (out * mask).sum(1) / count
+
+    def client_outputs(self, params: dict[str, Tensor], batch: dict, only: list[bool] | None = None) -> Tensor:
+        """The model's outputs (``sample_outputs``, or the per-example losses of a model without it) of each client at
+        its rows of ``params``, on its rows of ``batch``: (K, B, ...), under ``vmap`` (``only``: :meth:`client_losses`)."""
+        def outputs(ps, b, masks=()):
             with self.dropout.apply(masks) if masks else contextlib.nullcontext():
                 return torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in ps.items()}, (b,),
                                                   strict=False)
 
         def one_client():  # the dropout calls' shapes: one client's forward
-            client_outputs({n: t[0] for n, t in params.items()}, {k: v[0] for k, v in batch.items()})
+            outputs({n: t[0] for n, t in params.items()}, {k: v[0] for k, v in batch.items()})
 
+        if self.dropout and self.loop.module.training:
+            rows = self._rows if only is None else [n if o else 0 for n, o in zip(self._rows, only)]
+            with self.dropout.forward(one_client, batch, rows, len(next(iter(batch.values()))[0])) as masks:
+                return torch.vmap(outputs)(params, batch, masks)
+        return torch.vmap(outputs)(params, batch)
+
+    def _sample_losses(self, out: Tensor, batch: dict) -> Tensor:
+        """The per-example losses (K, B) of the outputs (K, B, ...), on all K·B rows at once."""
+        K, B = out.shape[:2]
+        flat = {k: v.reshape(K * B, *v.shape[2:]) for k, v in batch.items()}
+        return self.loop.module.sample_losses_of(out.reshape(K * B, *out.shape[2:]), flat).view(K, B)
+
+    def sampled_label_gradient(self, cohort: CohortContext, generators: list) -> dict[str, Tensor]:
+        """Each client's gradient of its loss against labels drawn from its own softmax (``module.sampled_labels``
+        over its real rows, from ``generators[i]``; None: a client that takes none, whose rows are unused), as
+        ``module.sampled_label_loss`` gives one client: Sophia's Gauss-Newton-Bartlett estimate."""
+        only = [g is not None for g in generators]
+        params = {n: cohort.params[n].detach().requires_grad_(True) for n in self.names}
+        module, batch = self.loop.module, cohort.batch
         with self.loop.fabric.autocast():
-            if self.dropout and self.loop.module.training:
-                rows = self._rows if only is None else [n if o else 0 for n, o in zip(self._rows, only)]
-                with self.dropout.forward(one_client, batch, rows, mask.shape[1]) as masks:
-                    out = torch.vmap(client_outputs)(params, batch, masks)
-            else:
-                out = torch.vmap(client_outputs)(params, batch)
-            if self.losses.split:
-                K, B = mask.shape
-                flat = {k: v.reshape(K * B, *v.shape[2:]) for k, v in batch.items()}
-                out = self.loop.module.sample_losses_of(out.reshape(K * B, *out.shape[2:]), flat).view(K, B)
-            return (out * mask).sum(1) / count
+            out = self.client_outputs(params, batch, only)
+            labels = torch.zeros(out.shape[:2], dtype=torch.long, device=out.device)
+            for i, g in enumerate(generators):
+                if g is not None:
+                    n = self._rows[i]
+                    labels[i, :n] = module.sampled_labels(out[i, :n], g)
+            losses = self._sample_losses(out, {**batch, "y": labels})
+            loss = ((losses * cohort.mask).sum(1) / cohort.count).sum()
+        grads = torch.autograd.grad(loss, [params[n] for n in self.names])
+        return dict(zip(self.names, grads))
 
     def _grads(self, params: dict[str, Tensor], batch: dict, mask: Tensor, count: Tensor):
         """``(gradients (K, ...), losses (K,))``: each client's loss and its gradient as functions of the stacked

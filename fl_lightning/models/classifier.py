@@ -84,10 +84,15 @@ class ClassifierModule(nn.Module):
         Alg. 2, ĥ = B·∇L̂(θ)⊙∇L̂(θ)). ``generator``: e.g. ``client.rng("gnb")``, so the draws are part of the
         (seed, client, round) stream. Its expected gradient is zero (E[onehot(ŷ)] = softmax)."""
         logits = self(batch[self.input_key])
-        with torch.no_grad():
-            probs = torch.softmax(logits.detach().float(), dim=-1)
-            y_hat = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-        return F.cross_entropy(logits, y_hat)
+        return F.cross_entropy(logits, self.sampled_labels(logits, generator))
+
+    @staticmethod
+    @torch.no_grad()
+    def sampled_labels(logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        """ŷ ~ softmax(logits), one label per row, drawn from ``generator`` (:meth:`sampled_label_loss`'s labels; a
+        cohort of clients draws each client's from its own generator over its logits' rows)."""
+        probs = torch.softmax(logits.detach().float(), dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
     @torch.no_grad()
     def validation_step(self, batch: dict, batch_idx: int = 0) -> Tensor:

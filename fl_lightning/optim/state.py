@@ -24,6 +24,7 @@ from torch import Tensor
 from ..errors import ConfigError
 
 _PY, _LEN = "#py", "#len"
+PY = _PY  # the suffix of an exported Python number (a counter): ``<param>/<entry>#py``
 _ZEROED: "weakref.WeakKeyDictionary[torch.optim.Optimizer, bool]" = weakref.WeakKeyDictionary()
 
 
@@ -100,6 +101,12 @@ def import_optimizer_state(opt: torch.optim.Optimizer, flat: dict[str, Tensor]) 
     sd["state"] = state
     if not _import_in_place(opt, sd):
         opt.load_state_dict(sd)
+    _ZEROED.pop(opt, None)
+
+
+def mark_imported(opt: torch.optim.Optimizer) -> None:
+    """``opt`` now holds a state given from outside (not a fresh one): :func:`is_fresh` says no, as after
+    :func:`import_optimizer_state`."""
     _ZEROED.pop(opt, None)
 
 

@@ -274,15 +274,21 @@ class Part:
     # tensors (below); a part without per-step hooks runs in a cohort as it is
     batched: bool = False
 
-    def cohort_refusal(self) -> str | None:
-        """(the part that ``provides_optimizer``) Why its optimizer cannot step a cohort's stacked parameters, or
-        None (``LocalOptimizer``: an elementwise or row-wise optimizer)."""
-        return "it declares no cohort form"
+    def cohort_mode(self) -> tuple[str | None, str]:
+        """(the part that ``provides_optimizer``) How a cohort steps its optimizer, and why: ``("stacked", "")``, one
+        optimizer over the stacked parameters; ``("per_client", why)``, each client's own optimizer on its rows
+        (``fl_lightning/cohort_optimizer.py``; the part then gives ``new_optimizer(client)``); ``(None, why)``: not
+        at all (refused at build). ``LocalOptimizer`` gives the first two."""
+        return None, "it declares no cohort form"
 
     # A cohort stacks the clients' Round states (rows fields, round_state.py) before the step and hands each client its
     # rows back before its end; the step hooks below default to the part's own after_backward / after_step called
     # with the cohort's context (the same function over stacked tensors). A part overrides one only where its
     # batched form differs (per-client host numbers, a step the sequential loop takes by setting lr = 0).
+    def cohort_check(self, module: nn.Module) -> str | None:
+        """(``batched``) Why this part cannot run batched with ``module`` (checked at build), or None."""
+        return None
+
     def cohort_start(self, cohort) -> None:
         """(``batched``) After every client started and the Round states were stacked: anything more to gather."""
     def cohort_after_backward(self, cohort) -> None:

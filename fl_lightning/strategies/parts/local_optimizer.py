@@ -20,12 +20,14 @@ import torch
 
 from ...config import blame
 from ...errors import ConfigError
+from ...optim.row_adam import RowAdam
 from ...optim.state import allocate, export_optimizer_state, import_optimizer_state, reset_in_place
 from ..base import ClientContext, Part
 from ..records import Field, Record
 
 
 COHORT_KEY = "trainer.cohort"
+ROW_ADAM_COUNTERS = RowAdam.cohort_counters
 # torch.optim optimizers whose update of an entry reads only that entry's gradient and state (and shared numbers):
 # run over a cohort's stacked parameters (fl_lightning/cohort.py), each client's rows take exactly its own step
 ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad")
@@ -59,12 +61,7 @@ class LocalOptimizer(Part):
         """The client's optimizer as the factory makes it, the round's schedule factor applied to every ``*lr``. The
         first client's object serves every later client, reset in place to the new one's values (the same
         numbers as a fresh optimizer; a compiled step guarding on the object is reused, not recompiled)."""
-        params = self.groups_fn(client.module) if self.groups_fn is not None else list(client.params.values())
-        opt = self.factory(params)
-        for g in opt.param_groups:
-            for k in list(g):
-                if k.endswith("lr") and isinstance(g[k], (int, float)):
-                    g[k] = g[k] * client.lr_factor
+        opt = self.new_optimizer(client)
         if self._optimizer is not None and self._same_params(opt):
             return reset_in_place(self._optimizer, opt)
         allocate(opt)  # the run's optimizer state, allocated once (zeroed in place for each later client)
@@ -86,24 +83,46 @@ class LocalOptimizer(Part):
             if flat:
                 import_optimizer_state(client.optimizer, flat)
 
-    def cohort_refusal(self) -> str | None:
-        """Why this optimizer cannot step a cohort's stacked parameters (``trainer.cohort``), or None."""
+    def cohort_mode(self) -> tuple[str, str]:
+        """How a cohort (``trainer.cohort``) steps this optimizer: ``("stacked", "")``, one optimizer over the stacked
+        parameters (an elementwise ``torch.optim`` optimizer, or one with ``cohort_form`` 'elementwise' / 'rows';
+        under ``state=persistent`` its per-client counters held per client: RowAdam for Adam/AdamW, the optimizer's
+        own ``cohort_counters``), or ``("per_client", why)``: each client's own optimizer on its rows."""
         probe = torch.nn.Parameter(torch.zeros(2, 2))
         opt = self.factory([probe])
         cls = type(opt)
-        if self.persistent:  # the clients' own counters (Adam's step) differ with their rounds: one row each is not
-            probe.grad = torch.zeros_like(probe)  # what an optimizer's shared 0-d counter can hold
+        if self.persistent:  # the clients' own counters (Adam's step) differ with their rounds
+            probe.grad = torch.zeros_like(probe)
             opt.step()
             counters = [k for st in opt.state.values() for k, v in st.items()
                         if isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.dim() == 0)]
+            rowed = ROW_ADAM_COUNTERS if self._row_adam(opt) else getattr(cls, "cohort_counters", ())
+            counters = [k for k in counters if k not in rowed]
             if counters:
-                return (f"state=persistent with {cls.__name__}'s per-client counter {counters[0]!r}, which differs "
-                        "between clients that trained in different rounds")
+                return "per_client", (f"state=persistent with {cls.__name__}'s per-client counter {counters[0]!r}, "
+                                      "which one stacked state cannot hold")
         torch_elementwise = cls.__module__.split(".")[:2] == ["torch", "optim"] and cls.__name__ in ELEMENTWISE
         if not torch_elementwise and getattr(cls, "cohort_form", None) not in ("elementwise", "rows"):
-            return (f"{cls.__name__} declares no cohort form (an elementwise torch.optim optimizer, or cohort_form = "
-                    "'elementwise' / 'rows')")
-        return None
+            return "per_client", f"{cls.__name__} has no batched form"
+        return "stacked", ""
+
+    def new_optimizer(self, client: ClientContext) -> torch.optim.Optimizer:
+        """A new optimizer as :meth:`build` makes it for ``client`` (the factory's, its lr scaled), not the run's
+        shared one: a cohort's per-client copy (``fl_lightning/cohort_optimizer.py``)."""
+        params = self.groups_fn(client.module) if self.groups_fn is not None else list(client.params.values())
+        opt = self.factory(params)
+        for g in opt.param_groups:
+            for k in list(g):
+                if k.endswith("lr") and isinstance(g[k], (int, float)):
+                    g[k] = g[k] * client.lr_factor
+        return opt
+
+    @staticmethod
+    def _row_adam(opt: torch.optim.Optimizer) -> bool:
+        """Whether a cohort steps ``opt``'s clients with :class:`RowAdam` (each client's step count its own): torch's
+        Adam or AdamW without AMSGrad or ``maximize``."""
+        return type(opt) in (torch.optim.Adam, torch.optim.AdamW) and not any(
+            g.get("amsgrad") or g.get("maximize") for g in opt.param_groups)
 
     def cohort_optimizer(self, template: torch.optim.Optimizer, hparams: list[list[dict]], stacked: dict,
                          names: list[str], params: dict) -> torch.optim.Optimizer:
@@ -122,7 +141,9 @@ class LocalOptimizer(Part):
         groups = [{**h, "params": [stacked[name_of[id(p)]] for p in g["params"]]}
                   for g, h in zip(template.param_groups, hparams[0])]
         cls = type(template)
-        if getattr(cls, "cohort_form", None) is None:  # torch.optim: its constructor takes complete groups
+        if self.persistent and self._row_adam(template):  # the clients' step counts differ: one per row
+            opt = RowAdam(groups, template.defaults)
+        elif getattr(cls, "cohort_form", None) is None:  # torch.optim: its constructor takes complete groups
             opt = cls(groups)
         else:  # the groups as the template's constructor made them; its other attributes fresh
             opt = cls.__new__(cls)

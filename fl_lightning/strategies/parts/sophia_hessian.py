@@ -54,9 +54,17 @@ class SophiaHessian(Part):
             raise ConfigError("counter", f"unknown counter {counter!r}", f"use one of {', '.join(self.COUNTERS)}")
         self.counter = counter
         self.estimator, self.every, self.probes = estimator, every, probes
-        # trainer.cohort: Hutchinson and the empirical estimate run batched (each client's probes from its own
-        # stream, one Hessian-vector product for the cohort); GNB draws labels per client: not batched
-        self.batched = estimator != "gnb"
+
+    # trainer.cohort: every estimate runs batched (Hutchinson: each client's probes from its own stream, one
+    # Hessian-vector product for the cohort; GNB: each client's labels from its own stream, one gradient)
+    batched = True
+
+    def cohort_check(self, module) -> str | None:
+        if self.estimator == "gnb" and not (callable(getattr(module, "sampled_labels", None))
+                                            and callable(getattr(module, "sample_outputs", None))):
+            return (f"estimator=gnb needs the model's outputs and its sampled labels apart (sample_outputs, "
+                    f"sampled_labels; {type(module).__name__} has not both)")
+        return None
 
     class State(Record):
         steps = Field("steps")  # counter=client: the local steps this client took in its earlier rounds
@@ -136,6 +144,12 @@ class SophiaHessian(Part):
         params = cohort.params
         if self.estimator == "empirical":
             est = {n: t.grad.detach().square() for n, t in params.items() if t.grad is not None}
+        elif self.estimator == "gnb":  # B_i·ĝ_i², ĝ_i the gradient against labels from client i's own softmax
+            gens = [self._generator(c) if r else None for c, r in zip(cohort.clients, refresh)]
+            with torch.enable_grad():
+                g = cohort.services.sampled_label_gradient(cohort, gens)
+            size = cohort.count.to(next(iter(g.values())).dtype)  # each client's real rows
+            est = {n: t.square() * size.view(-1, *([1] * (t.dim() - 1))) for n, t in g.items()}
         else:
             est = {n: torch.zeros_like(t) for n, t in params.items()}
             for _ in range(self.probes):  # each client's probes from its own stream, in the sequential order
