@@ -19,12 +19,14 @@ rows of the parameters and optimizer state are kept as they were). The uploads a
 so the server's side and the checkpoints are the same; the result equals the sequential run up to the rounding of
 the batched kernels (tests/system/test_cohort.py: 1e-12 relative in float64).
 
-A part runs batched when it has no per-step hooks, or declares ``batched = True`` and implements the cohort hooks
-(:class:`fl_lightning.strategies.base.Part`: ``cohort_start``, ``cohort_after_backward``, ``cohort_after_step``,
-``cohort_end``), keeping a finished client's rows of its state as they were. A method with a part or an optimizer
-that cannot, a model without per-example losses (``sample_losses``), with float buffers (batch norm) or a random
-layer other than ``nn.Dropout`` (whose masks each client draws from its own stream: ``cohort_dropout.py``), and a K
-whose stacked copies do not fit the free memory are refused in one line naming what stops it.
+A part runs batched when it has no per-step hooks, or declares ``batched = True``: its ``Round`` state
+(``strategies/round_state.py``) is stacked, its step hooks run on the stacked tensors (the same functions, or its
+own ``cohort_after_backward`` / ``cohort_after_step``), and a finished client's rows of its state stay as they were.
+The optimizer is one over the stacked parameters, or each client's own on its rows (``cohort_optimizer.py``). A
+method with a part that cannot, a model without per-example losses (``sample_losses``), with float buffers (batch
+norm) or a random layer other than ``nn.Dropout`` (whose masks each client draws from its own stream:
+``cohort_dropout.py``), and a K whose stacked copies do not fit the free memory are refused in one line naming what
+stops it.
 """
 from __future__ import annotations
 

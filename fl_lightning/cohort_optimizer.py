@@ -57,7 +57,7 @@ class ClientByClient:
         for p, st in own.state.items():
             optimizer.state[p] = st
         mark_imported(optimizer)
-        if hasattr(own, "corrections"):
+        if getattr(own, "corrections", None) is not None:
             optimizer.corrections = own.corrections
 
 

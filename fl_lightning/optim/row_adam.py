@@ -36,6 +36,8 @@ class RowAdam(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One step of every parameter with multi-tensor ops: the bias corrections of all parameters' (K,) counts in
+        one stacked computation, each parameter's rows scaled by their own."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -43,23 +45,29 @@ class RowAdam(torch.optim.Optimizer):
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                st = self._state(p)
-                grad, step_t, exp_avg, exp_avg_sq = p.grad, st["step"], st["exp_avg"], st["exp_avg_sq"]
-                step_t += 1
-                if wd != 0:
-                    if group.get("decoupled_weight_decay", False):
-                        p.mul_(1 - lr * wd)
-                    else:
-                        grad = grad.add(p, alpha=wd)
-                exp_avg.lerp_(grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                t = step_t.to(torch.float64)
-                rows = (-1,) + (1,) * (p.dim() - 1)
-                step_size = (lr / (1 - torch.pow(beta1, t))).to(p.dtype).view(rows)
-                bias_correction2_sqrt = (1 - torch.pow(beta2, t)).sqrt().to(p.dtype).view(rows)
-                denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-                p.addcdiv_(exp_avg * step_size, denom, value=-1.0)
+            ps = [p for p in group["params"] if p.grad is not None]
+            if not ps:
+                continue
+            sts = [self._state(p) for p in ps]
+            grads, ms, vs = [p.grad for p in ps], [st["exp_avg"] for st in sts], [st["exp_avg_sq"] for st in sts]
+            torch._foreach_add_([st["step"] for st in sts], 1)
+            if wd != 0:
+                if group.get("decoupled_weight_decay", False):
+                    torch._foreach_mul_(ps, 1 - lr * wd)
+                else:
+                    grads = torch._foreach_add(grads, ps, alpha=wd)
+            torch._foreach_lerp_(ms, grads, 1 - beta1)
+            torch._foreach_mul_(vs, beta2)
+            torch._foreach_addcmul_(vs, grads, grads, value=1 - beta2)
+            t = torch.stack([st["step"] for st in sts]).to(torch.float64)  # (P, K): every parameter's counts
+            step_size = lr / (1 - torch.pow(beta1, t))
+            bias_correction2_sqrt = (1 - torch.pow(beta2, t)).sqrt()
+
+            def per_row(c: Tensor) -> list[Tensor]:  # row j of c (K,) shaped to scale parameter j's rows
+                return [x.to(p.dtype).view(-1, *([1] * (p.dim() - 1))) for x, p in zip(c.unbind(0), ps)]
+            denom = torch._foreach_sqrt(vs)
+            torch._foreach_div_(denom, per_row(bias_correction2_sqrt))
+            torch._foreach_add_(denom, eps)
+            num = torch._foreach_mul(ms, per_row(step_size))
+            torch._foreach_addcdiv_(ps, num, denom, value=-1.0)
         return loss
