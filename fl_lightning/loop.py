@@ -113,7 +113,7 @@ class FederatedLoop:
         self.client_step = compile_step(self.local_step) if compile_step is not None else self.local_step
         if compile_step is not None:
             self.services.eager_under_compile()
-        # trainer.cohort: the sampled clients trained K at a time in one batched step (fl_lightning/cohort.py)
+        # trainer.cohort: the sampled clients trained K at a time in one batched step (fl_lightning/cohort/)
         compiled = getattr(compile_step, "keywords", {})
         self.cohort = Cohort(self, cohort, compiled=compiled.get("mode", None if compile_step is None else "graphs"),
                              backend=compiled.get("backend", "inductor")) if cohort > 1 else None

@@ -115,7 +115,7 @@ class Trainer:
     threads: Annotated[IntOrWord, Range(1, 4096, words=("auto",))] = key(
         "auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)", result=False)
     cohort: Annotated[IntOrWord, Range(1, 1 << 16, words=("auto",))] = key(
-        1, "clients trained at a time in one batched step (fl_lightning/cohort.py: K clients' parameters stacked, "
+        1, "clients trained at a time in one batched step (fl_lightning/cohort/: K clients' parameters stacked, "
         "one forward and backward through torch.func.vmap; a GPU path: 1, the sequential loop, is as fast on a CPU; "
         "auto: on a GPU the most clients that fit 80% of its free memory (a one-client probe), else 1)",
         example="8", result=False)

@@ -67,7 +67,7 @@ class FederatedData:
                 start = end
 
     def cohort_batches(self, clients: list[int], round_idx: int, device, budget: StepBudget):
-        """The batches of a cohort of clients (``trainer.cohort``, fl_lightning/cohort.py), step by step, stacked:
+        """The batches of a cohort of clients (``trainer.cohort``, fl_lightning/cohort/), step by step, stacked:
         ``(batch (K, B, ...), 0/1 row mask (K, B), real rows (K,), active (K,), real rows as host numbers)``, each
         client's rows exactly those :meth:`client_batches` yields it (its own (seed, client, round) plan), padded to
         the batch size ``B``; a client whose steps are done is inactive (mask 0). The K clients' rows are gathered in

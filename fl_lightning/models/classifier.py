@@ -67,7 +67,7 @@ class ClassifierModule(nn.Module):
 
     def sample_losses(self, batch: dict) -> Tensor:
         """Each example's cross-entropy (their mean is :meth:`training_step`'s loss): what a cohort of clients
-        (``trainer.cohort``, fl_lightning/cohort.py) weighs with each client's row mask."""
+        (``trainer.cohort``, fl_lightning/cohort/) weighs with each client's row mask."""
         return self.sample_losses_of(self.sample_outputs(batch), batch)
 
     def sample_outputs(self, batch: dict) -> Tensor:

@@ -24,7 +24,7 @@ from .vit import resolve_patch
 
 class Attention(nn.Module):
     # False: softmax(q kᵀ · scale) v written out (what a cohort of clients runs on a CPU, whose fused kernel has no
-    # vmap rule: fl_lightning/cohort.py), True: the fused kernel (as timm's ``fused_attn``)
+    # vmap rule: fl_lightning/cohort/), True: the fused kernel (as timm's ``fused_attn``)
     fused_attn = True
 
     def __init__(self, dim: int, heads: int, dim_head: int, dropout: float):

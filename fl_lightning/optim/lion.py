@@ -41,7 +41,7 @@ class Lion(torch.optim.Optimizer):
     """Lion for a model (see module docstring); state ``exp_avg`` (m) per parameter, zeros at the first step.
     Steps a whole parameter group with ``torch._foreach_*`` (no host syncs)."""
 
-    cohort_form = "elementwise"  # trainer.cohort: an entry's update reads only that entry (fl_lightning/cohort.py)
+    cohort_form = "elementwise"  # trainer.cohort: an entry's update reads only that entry (fl_lightning/cohort/)
 
     def __init__(self, params: Iterable, lr: LearningRate = 1e-4, betas: Betas = (0.9, 0.99),
                  weight_decay: NonNegative = 0.0):

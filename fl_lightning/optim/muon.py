@@ -114,7 +114,7 @@ class Muon(torch.optim.Optimizer):
         for group in self.param_groups:
             check_group(group)
         self.corrections: dict[Tensor, Tensor] = {}
-        self.rows = 0  # trainer.cohort: K > 0 when each param stacks K clients' tensors (fl_lightning/cohort.py)
+        self.rows = 0  # trainer.cohort: K > 0 when each param stacks K clients' tensors (fl_lightning/cohort/)
 
     # trainer.cohort: the orthogonalized matrices are each client's own rows (``rows``); the rest is elementwise
     cohort_form = "rows"

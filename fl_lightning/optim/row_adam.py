@@ -1,6 +1,6 @@
 """RowAdam: Adam / AdamW over a cohort's stacked parameters (K, ...) with each client's own step count.
 
-A cohort (``trainer.cohort``, fl_lightning/cohort.py) steps K clients' stacked parameters with one optimizer. Adam's
+A cohort (``trainer.cohort``, fl_lightning/cohort/) steps K clients' stacked parameters with one optimizer. Adam's
 update of a row reads only that row, except its bias corrections 1 − β^t, which read the step count t, one 0-d
 tensor per parameter in ``torch.optim.Adam``. Clients that keep their optimizer state across rounds
 (``method.parts.local_optimizer.state=persistent``: FedAvg-Adam, SCAFFOLD-Adam) have trained different numbers of

@@ -38,7 +38,7 @@ DENOMINATORS = ("max", "add")
 class Sophia(torch.optim.Optimizer):
     """Sophia (see the module docstring). Feed curvature with ``update_hessian({param: ĥ})``."""
 
-    cohort_form = "elementwise"  # trainer.cohort: an entry's update reads only that entry (fl_lightning/cohort.py)
+    cohort_form = "elementwise"  # trainer.cohort: an entry's update reads only that entry (fl_lightning/cohort/)
     cohort_counters = ("step",)  # a cohort of clients with their own counts holds it per client, (K,)
 
     def __init__(self, params: Iterable, lr: LearningRate = 3e-4, betas: Betas = (0.9, 0.99),

@@ -270,14 +270,14 @@ class Part:
         return {}
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float] | None: ...
 
-    # trainer.cohort (fl_lightning/cohort.py): True: the per-step hooks have batched forms over K clients' stacked
+    # trainer.cohort (fl_lightning/cohort/): True: the per-step hooks have batched forms over K clients' stacked
     # tensors (below); a part without per-step hooks runs in a cohort as it is
     batched: bool = False
 
     def cohort_mode(self) -> tuple[str | None, str]:
         """(the part that ``provides_optimizer``) How a cohort steps its optimizer, and why: ``("stacked", "")``, one
         optimizer over the stacked parameters; ``("per_client", why)``, each client's own optimizer on its rows
-        (``fl_lightning/cohort_optimizer.py``; the part then gives ``new_optimizer(client)``); ``(None, why)``: not
+        (``fl_lightning/cohort/optimizer.py``; the part then gives ``new_optimizer(client)``); ``(None, why)``: not
         at all (refused at build). ``LocalOptimizer`` gives the first two."""
         return None, "it declares no cohort form"
 
@@ -314,8 +314,9 @@ class Part:
         checks at each client's start; None: every tensor of the part's attributes and of its slot."""
         return None
 
-    # what the part's client-side hooks (client_start, the step hooks, client_end) change of the client's training
-    # tensors, from CLIENT_TENSORS; every method's parts are held to it (tests/system/test_part_writes.py)
+    # what the part's client-side hooks (client_start, the step hooks, client_end) read and change of the client's
+    # training tensors, from CLIENT_TENSORS; every method's parts are held to both (tests/system/test_part_writes.py)
+    reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
 
     # per-client outputs this part writes at its client_end (ClientContext.put) for the parts after it, and those of
@@ -358,10 +359,11 @@ class Strategy:
         self.name, self.parts, self.grad_clip = name, list(parts), grad_clip
         self.server: ServerContext | None = None
         for p in self.parts:
-            unknown = [w for w in p.writes if w not in CLIENT_TENSORS]
-            if unknown:
-                raise ConfigError("method.parts", f"part {p.name!r} ({type(p).__name__}) declares writes {unknown[0]!r}",
-                                  f"declare some of {', '.join(CLIENT_TENSORS)}")
+            for kind in ("reads", "writes"):
+                unknown = [w for w in getattr(p, kind) if w not in CLIENT_TENSORS]
+                if unknown:
+                    raise ConfigError("method.parts", f"part {p.name!r} ({type(p).__name__}) declares {kind} "
+                                      f"{unknown[0]!r}", f"declare some of {', '.join(CLIENT_TENSORS)}")
         for i, p in enumerate(self.parts):  # an output is read after the part that writes it (client_end runs in order)
             for out in p.reads_outputs:
                 later = [q for q in self.parts[i + 1:] if out in q.provides]

@@ -1,7 +1,7 @@
 """A part's per-client state of one round, as a typed value (the shape of an optax transformation, whose state is a
 value its functions take and return): what the part's ``client_start`` makes (``client.start_state``), its step
 hooks read and update (``client.state_of(part)``) and its ``client_end`` reads. One dataclass per part, its
-``Round``; every field says how a cohort of K clients (``trainer.cohort``, fl_lightning/cohort.py) holds it:
+``Round``; every field says how a cohort of K clients (``trainer.cohort``, fl_lightning/cohort/) holds it:
 
     rows()     one value per client, stacked along a leading client dimension (a tensor, a list or dict of tensors;
                host numbers become a list of K): the step hooks update each client's row, and each client gets its

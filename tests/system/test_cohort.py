@@ -1,4 +1,4 @@
-"""trainer.cohort=K (fl_lightning/cohort.py): a round's clients trained K at a time in one batched step equal the
+"""trainer.cohort=K (fl_lightning/cohort/): a round's clients trained K at a time in one batched step equal the
 sequential loop's clients, which the method tests check against their papers. The sequential run is the
 independent computation here: another code path (one client's module and optimizer at a time) for the same
 equations."""

@@ -1,12 +1,15 @@
-"""Every part declares what its client-side hooks change of the client's training tensors (``Part.writes``, from
-``strategies.base.CLIENT_TENSORS``): here every method runs two rounds with each part's hooks watched, and what a
-hook changed (weights, gradients, the optimizer's group settings, its state, Muon's corrections) must be declared."""
+"""Every part declares what its client-side hooks read and change of the client's training tensors (``Part.reads``,
+``Part.writes``, from ``strategies.base.CLIENT_TENSORS``): here every method runs two rounds with each part's hooks
+watched; what a hook read (an op taking a weight, a gradient, an optimizer state or correction tensor as an input)
+and what it changed (those, and the optimizer's group settings) must be declared."""
 from __future__ import annotations
 
 import os
 
 import pytest
 import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from fl_lightning.strategies.base import CLIENT_TENSORS, Part
 from tests.helpers.cli import CONF, build_loop
@@ -41,6 +44,76 @@ def same(a, b) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     return a == b
+
+
+# ops that read a tensor's metadata only (its shape, dtype, device), or make a view of it (its data read later, by
+# the op that takes the view)
+METADATA = {"empty_like", "zeros_like", "ones_like", "full_like", "new_empty", "new_zeros", "new_ones", "new_full",
+            "empty_strided", "detach", "alias", "view", "_unsafe_view", "expand", "select", "slice", "t", "transpose",
+            "permute", "unsqueeze", "squeeze", "reshape", "as_strided", "unbind", "split", "chunk", "view_as_real"}
+
+
+class ReadWatch(TorchDispatchMode):
+    """Which of the client's training tensors (by storage) the ops of a hook take as inputs."""
+
+    def __init__(self, storages: dict[int, str]):
+        super().__init__()
+        self.storages, self.read = storages, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in METADATA:
+            for t in pytree.tree_leaves((args, kwargs or {})):
+                if isinstance(t, torch.Tensor) and t.device.type != "meta":
+                    kind = self.storages.get(t.untyped_storage().data_ptr())
+                    if kind is not None:
+                        self.read.add(kind)
+        return func(*args, **(kwargs or {}))
+
+
+def storages(client) -> dict[int, str]:
+    """The client's training tensors' storages, by the names of CLIENT_TENSORS (weights and grads first: an optimizer
+    state entry sharing a weight's storage counts as the weight)."""
+    out: dict[int, str] = {}
+    opt = client.optimizer
+    if opt is not None:
+        for v in (getattr(opt, "corrections", None) or {}).values():
+            if isinstance(v, torch.Tensor):
+                out[v.untyped_storage().data_ptr()] = "optimizer.corrections"
+        for st in opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor) and v.numel():
+                    out[v.untyped_storage().data_ptr()] = "optimizer.state"
+    for p in client.params.values():
+        if p.grad is not None:
+            out[p.grad.untyped_storage().data_ptr()] = "grads"
+        out[p.untyped_storage().data_ptr()] = "weights"
+    return out
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_part_reads_only_what_it_declares(method, tmp_path):
+    """What a part's client-side hooks read of the client's training tensors (an op taking one as an input; a
+    computation it asks of the loop, a gradient at some weights, reads the weights) is declared (``Part.reads``)."""
+    loop = build_loop([f"method={method}", "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=2",
+                       "fl.local_steps=5"], tmp_path)
+    read: dict[str, set] = {}
+    for part in loop.strategy.parts:
+        assert set(part.reads) <= set(CLIENT_TENSORS)
+        for hook in HOOKS:
+            if getattr(type(part), hook) is getattr(Part, hook):
+                continue
+
+            def watched(client, _run=getattr(part, hook), _part=part):
+                with ReadWatch(storages(client)) as watch:
+                    result = _run(client)
+                read.setdefault(_part.name, set()).update(watch.read)
+                return result
+            setattr(part, hook, watched)
+    for r in range(2):
+        loop.run_round(r)
+    undeclared = {name: sorted(ks - set(next(p for p in loop.strategy.parts if p.name == name).reads))
+                  for name, ks in read.items()}
+    assert {n: ks for n, ks in undeclared.items() if ks} == {}
 
 
 @pytest.mark.parametrize("method", METHODS)

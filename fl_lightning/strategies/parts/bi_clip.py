@@ -37,6 +37,7 @@ Threshold = Annotated[float, Range(0.0), ORDERED]
 
 
 class BiClip(Part):
+    reads = ("grads",)  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
     def __init__(self, lower: Threshold = 1e-4, upper: Threshold = 1.0,
                  lower_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0,

@@ -27,6 +27,7 @@ from ..records import Field, Record
 
 
 class EF21Aggregation(Part):
+    reads = ("weights",)  # what its hooks read of the client's training tensors
     PARTIAL = ("all", "sampled")
 
     def __init__(self, codec, server_lr: Positive = 1.0, partial: str = "all"):

@@ -52,6 +52,7 @@ from ..records import Field, Record
 
 
 class GlobalAlignment(Part):
+    reads = ("weights", "optimizer.settings")  # what its hooks read of the client's training tensors
     writes = ("optimizer.settings", "weights")  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the same Δ_G, broadcast over the clients' stacked parameters
     INITS = ("zero", "grad")

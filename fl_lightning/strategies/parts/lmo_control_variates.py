@@ -61,6 +61,7 @@ def _acc_dtype(t: Tensor) -> torch.dtype:
 
 
 class LMOControlVariates(ServerControlVariate):
+    reads = ("optimizer.state",)  # what its hooks read of the client's training tensors
     writes = ("optimizer.corrections", "optimizer.state")  # what its hooks change of the client's training tensors
     INITS = ("grad", "zero")
 

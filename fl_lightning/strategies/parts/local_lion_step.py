@@ -21,6 +21,7 @@ from ..records import Field, Record
 
 
 class LocalLionStep(Part):
+    reads = ("weights",)  # what its hooks read of the client's training tensors
     writes = ("weights",)  # what its hooks change of the client's training tensors
     def __init__(self, lr: Positive = 0.001, beta1: Fraction = 0.9, beta2: Fraction = 0.99,
                  weight_decay: NonNegative = 0.01):

@@ -29,11 +29,12 @@ from ..records import Field, Record
 COHORT_KEY = "trainer.cohort"
 ROW_ADAM_COUNTERS = RowAdam.cohort_counters
 # torch.optim optimizers whose update of an entry reads only that entry's gradient and state (and shared numbers):
-# run over a cohort's stacked parameters (fl_lightning/cohort.py), each client's rows take exactly its own step
+# run over a cohort's stacked parameters (fl_lightning/cohort/), each client's rows take exactly its own step
 ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad")
 
 
 class LocalOptimizer(Part):
+    reads = ("optimizer.state",)  # what its hooks read of the client's training tensors
     writes = ("optimizer.settings", "optimizer.state", "optimizer.corrections")  # it builds the optimizer
     provides_optimizer = True  # the Strategy's required slot: built before any other part's client_start
 
@@ -108,7 +109,7 @@ class LocalOptimizer(Part):
 
     def new_optimizer(self, client: ClientContext) -> torch.optim.Optimizer:
         """A new optimizer as :meth:`build` makes it for ``client`` (the factory's, its lr scaled), not the run's
-        shared one: a cohort's per-client copy (``fl_lightning/cohort_optimizer.py``)."""
+        shared one: a cohort's per-client copy (``fl_lightning/cohort/optimizer.py``)."""
         params = self.groups_fn(client.module) if self.groups_fn is not None else list(client.params.values())
         opt = self.factory(params)
         for g in opt.param_groups:
@@ -126,7 +127,7 @@ class LocalOptimizer(Part):
 
     def cohort_optimizer(self, template: torch.optim.Optimizer, hparams: list[list[dict]], stacked: dict,
                          names: list[str], params: dict) -> torch.optim.Optimizer:
-        """The optimizer over a cohort's stacked parameters (``fl_lightning/cohort.py``): ``template``'s class and
+        """The optimizer over a cohort's stacked parameters (``fl_lightning/cohort/``): ``template``'s class and
         groups, each group's settings as every client's start left them (``hparams``, one list per client: the
         same for all, or refused), its state fresh as :meth:`build` makes it. An elementwise optimizer's step of a
         row is that client's step."""

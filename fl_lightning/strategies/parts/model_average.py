@@ -55,6 +55,7 @@ ServerLr = Annotated[float, Range(0.0), Validate(one_server_step, "{server_lr} w
 
 
 class ModelAverage(Part):
+    reads = ("weights",)  # what its hooks read of the client's training tensors
     provides = ("model_update",)  # what it uploaded for the model, per name (the codec's reconstruction)
     RULES = ("mean", "n_minus_s", "majority_vote")
 

@@ -37,6 +37,7 @@ def lion_source(part: Part, other: Part):
 
 
 class MomentumCompletion(Part):
+    reads = ("weights",)  # what its hooks read of the client's training tensors
     uses_idle_clients = True
     SCALES = ("gamma1", "one")
 

@@ -49,6 +49,7 @@ from .global_alignment import mean_probe_gradient
 
 
 class MomentumCorrection(Part):
+    reads = ("grads", "weights")  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the direction broadcast, c_i and the gradient sums stacked per client
     MOMENTA, INITS, PREV = ("direction", "control"), ("grad", "zero"), ("downlink", "client")

@@ -51,6 +51,7 @@ from ..records import Field, Record
 
 
 class OptimizerStateAverage(Part):
+    reads = ("optimizer.state",)  # what its hooks read of the client's training tensors
     writes = ("optimizer.state",)  # what its hooks change of the client's training tensors
     PARAMS = ("muon", "all")
     INITS = ("zero", "grad")

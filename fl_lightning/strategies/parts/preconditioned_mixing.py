@@ -26,6 +26,7 @@ from ..records import Field, Record
 
 
 class PreconditionedMixing(Part):
+    reads = ("weights", "optimizer.state")  # what its hooks read of the client's training tensors
     def __init__(self, state_keys="theta", damping: Positive = 1e-8):
         if not isinstance(state_keys, (str, list, tuple)) or isinstance(state_keys, str) and state_keys != "theta" or \
                 not state_keys:

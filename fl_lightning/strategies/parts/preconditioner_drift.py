@@ -30,6 +30,7 @@ from ..records import Field, Record
 
 
 class PreconditionerDrift(Part):
+    reads = ("optimizer.state",)  # what its hooks read of the client's training tensors
     def __init__(self, enabled: bool = True, state_keys="theta"):
         if not isinstance(enabled, bool):
             raise ConfigError("enabled", f"expected true or false, got {enabled!r}", "set enabled: true or false")

@@ -19,6 +19,7 @@ from ..base import ClientContext, Part
 
 
 class ProximalTerm(Part):
+    reads = ("grads", "weights")  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the same after_backward on the stacked parameters (x^r broadcast over clients)
 

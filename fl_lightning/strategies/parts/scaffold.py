@@ -41,6 +41,7 @@ from .control_variate import ServerControlVariate
 
 
 class ScaffoldCorrection(ServerControlVariate):
+    reads = ("grads", "weights", "optimizer.settings")  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the same after_backward over the clients' stacked corrections and sums
     CONTROLS = ("mean_grad", "option2", "last_grad", "option1")

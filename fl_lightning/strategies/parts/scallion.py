@@ -39,6 +39,7 @@ from ..records import Field, Record
 
 
 class Scallion(Part):
+    reads = ("grads", "weights")  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
     def __init__(self, codec, lr: Positive, server_lr: Positive = 1.0,
                  alpha: Annotated[float, Range(0.0, 1.0, open_low=True)] | None = None):

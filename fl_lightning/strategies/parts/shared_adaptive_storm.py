@@ -39,6 +39,7 @@ from .global_alignment import mean_probe_gradient
 
 
 class SharedAdaptiveStorm(Part):
+    reads = ("grads", "weights", "optimizer.settings")  # what its hooks read of the client's training tensors
     writes = ("grads", "weights")  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: m, v, H and the previous point stacked; 1 − α and η per client and step
     def __init__(self, k: Positive = 2.0, omega: NonNegative = 8.0, c: NonNegative = 1.0, rho: Positive = 1e-2,

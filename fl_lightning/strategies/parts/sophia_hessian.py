@@ -42,6 +42,7 @@ from ..records import Field, Record
 
 
 class SophiaHessian(Part):
+    reads = ("grads", "weights", "optimizer.state")  # what its hooks read of the client's training tensors
     writes = ("optimizer.state",)  # what its hooks change of the client's training tensors
     ESTIMATORS = ("hutchinson", "gnb", "empirical")
     COUNTERS = ("global", "client", "round")

@@ -34,6 +34,7 @@ from ..round_state import RoundState, own
 
 
 class MuonStepOrder(Part):
+    reads = ("weights", "optimizer.settings", "optimizer.state")  # what its hooks read of the client's training tensors
     writes = ("optimizer.settings", "weights")  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the clients at their last step keep their Muon rows (the momentum absorbs)
     ORDERS = ("alg1", "standard")

@@ -1,4 +1,4 @@
-"""ClientByClient (fl_lightning/cohort_optimizer.py): a cohort's optimizer with no batched form steps each client's
+"""ClientByClient (fl_lightning/cohort/optimizer.py): a cohort's optimizer with no batched form steps each client's
 rows with that client's own optimizer; given the same gradients, each row is bit for bit the client's optimizer
 stepped alone (the independent computation: the optimizer itself, one client at a time)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from functools import partial
 import pytest
 import torch
 
-from fl_lightning.cohort_optimizer import ClientByClient, copy_of
+from fl_lightning.cohort.optimizer import ClientByClient, copy_of
 from fl_lightning.optim import SOAP
 
 

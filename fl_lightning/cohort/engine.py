@@ -22,10 +22,10 @@ the batched kernels (tests/system/test_cohort.py: 1e-12 relative in float64).
 A part runs batched when it has no per-step hooks, or declares ``batched = True``: its ``Round`` state
 (``strategies/round_state.py``) is stacked, its step hooks run on the stacked tensors (the same functions, or its
 own ``cohort_after_backward`` / ``cohort_after_step``), and a finished client's rows of its state stay as they were.
-The optimizer is one over the stacked parameters, or each client's own on its rows (``cohort_optimizer.py``). A
+The optimizer is one over the stacked parameters, or each client's own on its rows (``cohort/optimizer.py``). A
 method with a part that cannot, a model without per-example losses (``sample_losses``), with float buffers (batch
 norm) or a random layer other than ``nn.Dropout`` (whose masks each client draws from its own stream:
-``cohort_dropout.py``), and a K whose stacked copies do not fit the free memory are refused in one line naming what
+``cohort/dropout.py``), and a K whose stacked copies do not fit the free memory are refused in one line naming what
 stops it.
 """
 from __future__ import annotations
@@ -39,14 +39,14 @@ from typing import Iterator
 import torch
 from torch import Tensor, nn
 
-from .errors import ConfigError, NonFiniteLossError
-from .cohort_dropout import CohortDropout, dropout_sites
-from .cohort_optimizer import ClientByClient, copy_of
-from .services import twice_differentiable
-from .optim.state import PY, export_optimizer_state, import_optimizer_state, is_fresh
-from .strategies.base import ClientContext, Part
-from .strategies.round_state import RoundState
-from .strategies.parts.local_optimizer import COHORT_KEY
+from ..errors import ConfigError, NonFiniteLossError
+from .dropout import CohortDropout, dropout_sites
+from .optimizer import ClientByClient, copy_of
+from ..services import twice_differentiable
+from ..optim.state import PY, export_optimizer_state, import_optimizer_state, is_fresh
+from ..strategies.base import ClientContext, Part
+from ..strategies.round_state import RoundState
+from ..strategies.parts.local_optimizer import COHORT_KEY
 
 KEY = COHORT_KEY
 log = logging.getLogger("fl_lightning")
@@ -83,7 +83,7 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
         raise ConfigError(KEY, f"model {type(module).__name__} has no per-example losses (sample_losses)",
                           "use trainer.cohort=1 for this model")
     for name, m in module.named_modules():
-        if type(m) is nn.Dropout:  # drawn per client from its own stream (cohort_dropout.py)
+        if type(m) is nn.Dropout:  # drawn per client from its own stream (cohort/dropout.py)
             continue
         p = getattr(m, "p", None) if "Dropout" in type(m).__name__ else getattr(m, "drop_prob", None)
         if isinstance(p, float) and p > 0:
@@ -286,7 +286,7 @@ class Cohort:
         self.loop, self.size = loop, int(size)
         self.grads = None
         if compiled == "step":
-            from .compiled_step import compile_cache
+            from ..compiled_step import compile_cache
 
             compile_cache()  # inductor's code cached per CPU ISA under the package's cache folder
             self.grads = torch.compile(self._grads, backend=backend)
@@ -296,7 +296,7 @@ class Cohort:
                     m.fused_attn = False
         self.losses = _Losses(loop.module)
         mode, why = loop.strategy.optimizer_part().cohort_mode()
-        self.per_client = mode == "per_client"  # each client's own optimizer on its rows (cohort_optimizer.py)
+        self.per_client = mode == "per_client"  # each client's own optimizer on its rows (cohort/optimizer.py)
         if self.per_client and getattr(loop, "rank", 0) == 0:
             log.info("trainer.cohort: the local optimizer steps each client's rows with its own optimizer (%s)", why)
         self.dropout = CohortDropout(loop.module, loop.device)  # each client's masks from its own stream

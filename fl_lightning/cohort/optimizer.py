@@ -1,6 +1,6 @@
 """The local optimizer of a cohort whose optimizer has no batched form: one optimizer per client.
 
-A cohort (``trainer.cohort``, fl_lightning/cohort.py) steps its clients' stacked parameters with one optimizer when
+A cohort (``trainer.cohort``, fl_lightning/cohort/) steps its clients' stacked parameters with one optimizer when
 the optimizer's update of a client's row reads only that row (an elementwise ``torch.optim`` optimizer, Lion,
 Sophia, Adam with per-client step counts: RowAdam) or each row's matrix on its own (Muon). SOAP keeps per client
 Kronecker factors and eigenbases refreshed at the client's own step counts (Vyas et al., ICLR 2025, arXiv
@@ -18,7 +18,7 @@ import copy
 import torch
 from torch import Tensor
 
-from .optim.state import is_fresh, mark_imported
+from ..optim.state import is_fresh, mark_imported
 
 
 class ClientByClient:

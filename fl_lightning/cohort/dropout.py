@@ -2,7 +2,7 @@
 
 The sequential loop seeds the device's generator per (seed, client, round) at each client's start, so a client's
 dropout masks are the draws of its own stream, in the order its forwards call dropout, each of its real batch's
-shape. A cohort (fl_lightning/cohort.py) keeps that: each client's generator state is kept from its start; before
+shape. A cohort (fl_lightning/cohort/) keeps that: each client's generator state is kept from its start; before
 each batched forward (the step's, and any a part asks for: a gradient elsewhere, a Hessian-vector product) every
 active client's masks are drawn from its own state with the very function its sequential forward calls
 (``F.dropout`` of a tensor of ones of that client's rows: the same kernel, the same draws, the mask scaled by
