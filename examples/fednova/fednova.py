@@ -44,6 +44,8 @@ def local_work(tau: int, rho: float = 0.0) -> float:
 class FedNova(Part):
     """Normalized averaging: the method's aggregation part, in place of ModelAverage."""
 
+    reads = ("weights", "optimizer.settings")  # of the client's training tensors: x_i at its end, the momentum rho
+
     def __init__(self, weighting: str = "num_samples"):
         if weighting not in ("num_samples", "uniform"):  # reported as method.parts.<name>.weighting
             raise ConfigError("weighting", f"unknown weighting {weighting!r}", "use num_samples or uniform")
