@@ -40,13 +40,13 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError, NonFiniteLossError
+from ..optim.state import PY, export_optimizer_state, import_optimizer_state, is_fresh
+from ..services import twice_differentiable
+from ..strategies.base import ClientContext, Part
+from ..strategies.parts.local_optimizer import COHORT_KEY
+from ..strategies.round_state import RoundState
 from .dropout import CohortDropout, dropout_sites
 from .optimizer import ClientByClient, copy_of
-from ..services import twice_differentiable
-from ..optim.state import PY, export_optimizer_state, import_optimizer_state, is_fresh
-from ..strategies.base import ClientContext, Part
-from ..strategies.round_state import RoundState
-from ..strategies.parts.local_optimizer import COHORT_KEY
 
 KEY = COHORT_KEY
 log = logging.getLogger("fl_lightning")
@@ -217,8 +217,10 @@ class _Losses(nn.Module):
 class CohortContext:
     """K clients' round in one batched step: what a part's cohort hooks see. ``params``: the stacked trainable
     parameters (K, ...) (``.grad`` after backward); ``active``: which clients take this step (a client whose steps
-    are done is frozen); ``step``: the steps taken so far; ``clients``: each client's own context (its slot, state,
-    received tensors), started by the parts' ``client_start``."""
+    are done is frozen); ``step``: the steps taken so far; ``clients``: each client's own context (its round states,
+    state, received tensors), started by the parts' ``client_start``; :meth:`state_of` a part's round states, stacked.
+    The helpers a step hook written for one client uses (``copy_rows_``, ``norm_of``, ``div_rows_``,
+    ``gradient_at``) act per client."""
 
     clients: list[ClientContext]
     params: dict[str, Tensor]
@@ -229,7 +231,7 @@ class CohortContext:
     batch: dict | None = None  # the step's stacked batch (K, B, ...), its 0/1 row mask and real rows, during the hooks
     mask: Tensor | None = None
     count: Tensor | None = None
-    services: object | None = None  # the cohort: hvp over the stacked batch (Cohort.hvp)
+    services: object | None = None  # the Cohort: gradients, Hessian-vector products over the stacked batch
     all_active: bool = True  # every client takes this step (host flag)
     _states: dict[str, RoundState] = field(default_factory=dict, repr=False)
 

@@ -84,7 +84,8 @@ CLIENT_TENSORS = ("weights", "grads", "optimizer.settings", "optimizer.state", "
 class ClientContext:
     """One client's round: everything a part may use while the client trains. ``state`` is its private persistent
     state (device tensors while it trains); :meth:`state_of` a part's typed state of the round (its ``Round``:
-    :mod:`fl_lightning.strategies.round_state`); ``services`` the loop's computations on request. A part's per-client work depends on these and its own state only."""
+    :mod:`fl_lightning.strategies.round_state`); ``services`` the loop's computations on request. A part's
+    per-client work depends on these and its own state only."""
 
     id: int
     round: int
@@ -311,7 +312,7 @@ class Part:
 
     def graph_inputs(self, client: ClientContext) -> list[Tensor] | None:
         """The tensors this part's per-step hooks read, whose addresses a replayed step (trainer.compile=graphs)
-        checks at each client's start; None: every tensor of the part's attributes and of its slot."""
+        checks at each client's start; None: every tensor of the part's attributes and of its round state."""
         return None
 
     # what the part's client-side hooks (client_start, the step hooks, client_end) read and change of the client's

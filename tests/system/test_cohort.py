@@ -53,7 +53,7 @@ SOAP_CONDITIONED = ["optimizer.max_precond_dim=5", "optimizer.precondition_frequ
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_runs_batched_exactly_or_is_refused_in_one_line(method, tmp_path):
+def test_every_method_runs_batched_exactly(method, tmp_path):
     """All of the package's methods: a cohort equals the sequential clients (float64, unequal clients, a schedule,
     K not dividing the round: within 1e-10; the Adam-family methods' second-moment square roots amplify the last
     bits, the core methods stay within 1e-12: test_a_cohort_equals_the_sequential_clients_in_float64)."""

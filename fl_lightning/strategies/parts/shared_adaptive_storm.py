@@ -168,7 +168,7 @@ class SharedAdaptiveStorm(Part):
             decay.append(1.0 if done else self.decay)
         dt = params[0].dtype
         keep_t, scale_t, decay_t = (cohort.per_client(x, dt) for x in (keep, scale, decay))
-        old = cohort.services.gradient_at(cohort, st.prev)  # each client at its previous point, its own minibatch
+        old = cohort.gradient_at(st.prev)  # each client at its previous point, its own minibatch
         m = st.m
         torch._foreach_sub_(m, [old[n] for n in self.names])
         torch._foreach_mul_(m, [keep_t.view(-1, *([1] * (t.dim() - 1))) for t in m])
