@@ -76,9 +76,9 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
         elif not part_batches(p):
             raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}) has per-step "
                               "hooks without a batched form", "use trainer.cohort=1 for this method")
-        elif getattr(p, "batched", False) and p.cohort_check(module):
-            raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}): "
-                              f"{p.cohort_check(module)}", "use trainer.cohort=1 for this method")
+        elif getattr(p, "batched", False) and (why := p.cohort_check(module)):
+            raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}): {why}",
+                              "use trainer.cohort=1 for this method")
     if not callable(getattr(module, "sample_losses", None)):
         raise ConfigError(KEY, f"model {type(module).__name__} has no per-example losses (sample_losses)",
                           "use trainer.cohort=1 for this model")
@@ -119,12 +119,12 @@ def load_rows(opt, template, states: list, corrections: list, stacked: dict, nam
             vals = [s[key] if s is not None else None for s in states]
             head, entry = key.split("/", 1)
             ref = next(v for v in vals if v is not None)
+            rows = [v if v is not None else torch.zeros_like(ref) for v in vals]  # a fresh client's: zeros
             if head in shapes and ref.shape == shapes[head]:
-                flat[key] = torch.stack([v if v is not None else torch.zeros_like(ref) for v in vals])
+                flat[key] = torch.stack(rows)
                 rowed.add(key)
             elif head in shapes and entry.removesuffix(PY) in counters and ref.dim() == 0:  # one count per client
-                flat[f"{head}/{entry.removesuffix(PY)}"] = torch.stack(
-                    [v if v is not None else torch.zeros_like(ref) for v in vals])
+                flat[f"{head}/{entry.removesuffix(PY)}"] = torch.stack(rows)
                 rowed.add(key)
             else:
                 if any(v is not None and not torch.equal(v, ref) for v in vals):
@@ -377,12 +377,12 @@ class Cohort:
         flat, counts = {}, {}
         if optimizer.state:  # each client's optimizer state goes back for the parts that read it at its end
             order = _order(optimizer, {n: stacked[n] for n in self.names})
-            per_client = set(getattr(optimizer, "cohort_counters", ()))
+            counters = set(getattr(optimizer, "cohort_counters", ()))
 
             def rowed(k: str, v: Tensor) -> bool:
                 head, entry = k.split("/", 1)
                 return head.isdigit() and (v.shape == stacked[order[int(head)]].shape
-                                           or (entry in per_client and v.shape == (K,)))
+                                           or (entry in counters and v.shape == (K,)))
             flat = {k: (v, rowed(k, v)) for k, v in export_optimizer_state(optimizer).items()}
             python = {k.removesuffix(PY) for s in states if s is not None for k in s if k.endswith(PY)}
             counts = {k: v.tolist() for k, (v, r) in flat.items() if r and k in python}  # a client's Python counter

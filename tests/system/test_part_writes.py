@@ -90,56 +90,48 @@ def storages(client) -> dict[int, str]:
     return out
 
 
+def undeclared(method: str, tmp_path, declared: str, observe) -> dict[str, list[str]]:
+    """Run ``method`` two rounds with each part's client-side hooks wrapped by ``observe(client, run) -> (result,
+    kinds)``; what each part did (``kinds``, from CLIENT_TENSORS) beyond its declaration ``declared`` (reads or
+    writes)."""
+    loop = build_loop([f"method={method}", "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=2",
+                       "fl.local_steps=5"], tmp_path)
+    seen: dict[str, set] = {}
+    for part in loop.strategy.parts:
+        assert set(getattr(part, declared)) <= set(CLIENT_TENSORS)
+        for hook in HOOKS:
+            if getattr(type(part), hook) is getattr(Part, hook):
+                continue
+
+            def watched(client, _run=getattr(part, hook), _name=part.name):
+                result, kinds = observe(client, _run)
+                seen.setdefault(_name, set()).update(kinds)
+                return result
+            setattr(part, hook, watched)
+    for r in range(2):
+        loop.run_round(r)
+    parts = {p.name: p for p in loop.strategy.parts}
+    out = {n: sorted(ks - set(getattr(parts[n], declared))) for n, ks in seen.items()}
+    return {n: ks for n, ks in out.items() if ks}
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_a_part_reads_only_what_it_declares(method, tmp_path):
     """What a part's client-side hooks read of the client's training tensors (an op taking one as an input; a
     computation it asks of the loop, a gradient at some weights, reads the weights) is declared (``Part.reads``)."""
-    loop = build_loop([f"method={method}", "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=2",
-                       "fl.local_steps=5"], tmp_path)
-    read: dict[str, set] = {}
-    for part in loop.strategy.parts:
-        assert set(part.reads) <= set(CLIENT_TENSORS)
-        for hook in HOOKS:
-            if getattr(type(part), hook) is getattr(Part, hook):
-                continue
-
-            def watched(client, _run=getattr(part, hook), _part=part):
-                with ReadWatch(storages(client)) as watch:
-                    result = _run(client)
-                read.setdefault(_part.name, set()).update(watch.read)
-                return result
-            setattr(part, hook, watched)
-    for r in range(2):
-        loop.run_round(r)
-    undeclared = {name: sorted(ks - set(next(p for p in loop.strategy.parts if p.name == name).reads))
-                  for name, ks in read.items()}
-    assert {n: ks for n, ks in undeclared.items() if ks} == {}
+    def observe(client, run):
+        with ReadWatch(storages(client)) as watch:
+            result = run(client)
+        return result, watch.read
+    assert undeclared(method, tmp_path, "reads", observe) == {}
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_a_part_changes_only_what_it_declares(method, tmp_path):
-    loop = build_loop([f"method={method}", "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=2",
-                       "fl.local_steps=5"], tmp_path)
-    changed: dict[str, set] = {}
-    for part in loop.strategy.parts:
-        assert set(part.writes) <= set(CLIENT_TENSORS)
-        for hook in HOOKS:
-            if getattr(type(part), hook) is getattr(Part, hook):
-                continue
-
-            def watched(client, _run=getattr(part, hook), _part=part):
-                before = snapshot(client)
-                result = _run(client)
-                after = snapshot(client)
-                for k, v in after.items():
-                    if k in before and not same(before[k], v):
-                        changed.setdefault(_part.name, set()).add(k)
-                    elif k not in before:  # the optimizer came into being: its builder wrote all of it
-                        changed.setdefault(_part.name, set()).add(k)
-                return result
-            setattr(part, hook, watched)
-    for r in range(2):
-        loop.run_round(r)
-    undeclared = {name: sorted(ks - set(next(p for p in loop.strategy.parts if p.name == name).writes))
-                  for name, ks in changed.items()}
-    assert {n: ks for n, ks in undeclared.items() if ks} == {}
+    def observe(client, run):
+        before = snapshot(client)
+        result = run(client)
+        after = snapshot(client)
+        # a changed entry, or one that came into being (the optimizer: its builder wrote all of it)
+        return result, {k for k, v in after.items() if k not in before or not same(before[k], v)}
+    assert undeclared(method, tmp_path, "writes", observe) == {}
