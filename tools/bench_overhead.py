@@ -66,4 +66,8 @@ def main(overrides: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("overrides", nargs="*", help="train.py overrides (e.g. method=fedmuon model=vit_tiny)")
+    main(ap.parse_intermixed_args().overrides)

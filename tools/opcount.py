@@ -118,5 +118,12 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--by-op", action="store_true", help="also the 40 ops that dominate the step")
+    ap.add_argument("--table", action="store_true", help="a markdown table: every method, or those named method=...")
+    ap.add_argument("overrides", nargs="*", help="train.py overrides")
+    a = ap.parse_intermixed_args()
     torch.set_num_threads(1)
-    main(sys.argv[1:])
+    main(a.overrides + ["--by-op"] * a.by_op + ["--table"] * a.table)

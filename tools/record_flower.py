@@ -22,7 +22,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def main() -> None:
     sys.path.insert(0, ROOT)
-    import flwr
+    try:
+        import flwr
+    except ModuleNotFoundError:
+        print("error: tools/record_flower.py needs flwr, which is no dependency of this project; fix: run it from "
+              "the throwaway venv in its --help (python -m venv --system-site-packages /tmp/flwr && "
+              "/tmp/flwr/bin/pip install flwr)", file=sys.stderr)
+        sys.exit(2)
     import numpy as np
 
     from tests.unit.strategies import test_server_opt_flower as t
@@ -46,4 +52,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import argparse
+
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     main()

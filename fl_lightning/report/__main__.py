@@ -67,3 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     print_table(os.path.join(a.out, f"{a.name}.md"))
     print(f"{len(rows)} rows from {sum(r.n for r in rows)} runs: {a.out}/{a.name}.md, {a.out}/{a.name}.csv")
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

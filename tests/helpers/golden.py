@@ -365,6 +365,9 @@ def perturbed(name: str, record: dict) -> list[str]:
 
 def main(argv: list[str]) -> None:
     args = [a for a in argv if not a.startswith("-")]
+    if "--help" in argv or "-h" in argv:
+        print(__doc__)
+        return
     if "--dump" in argv:
         _dump(args[0], args[1:] or methods())
     elif "--write" in argv:
@@ -377,7 +380,8 @@ def main(argv: list[str]) -> None:
         files = [a for a in args if a.endswith(".json")]
         _measure([a for a in args if a not in files] or methods(), files)
     else:
-        sys.exit(__doc__)
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
