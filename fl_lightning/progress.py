@@ -12,6 +12,18 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 
+def print_whole(console: Console, renderable) -> None:
+    """Print ``renderable`` on ``console``; off a terminal (a log file, a pipe, a Slurm job) at its natural width, so
+    a long line or a wide table is neither wrapped at rich's default 80 columns nor cut."""
+    if console.is_terminal:
+        console.print(renderable, highlight=False)
+        return
+    from rich.measure import Measurement
+
+    width = Measurement.get(console, console.options.update_width(1 << 16), renderable).maximum
+    Console(file=console.file, width=max(width, 1), soft_wrap=True, highlight=False).print(renderable)
+
+
 def _stream_handlers() -> list[logging.StreamHandler]:
     loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
                                        if isinstance(lg, logging.Logger)]
@@ -99,7 +111,7 @@ class RoundProgress(_Live):
             task = self.progress.tasks[self.rounds]
             left = task.time_remaining if task.completed < (task.total or 0) else None  # rich's estimate from the rounds so far
             eta = f"  ETA {int(left) // 3600}:{int(left) % 3600 // 60:02d}:{int(left) % 60:02d}" if left else ""
-            self.console.print(f"round {r + 1}/{task.total}  {text}{eta}", highlight=False)
+            print_whole(self.console, f"round {r + 1}/{task.total}  {text}{eta}")
 
     def summary(self, summary: dict) -> None:
         if not self.enabled:
@@ -109,4 +121,4 @@ class RoundProgress(_Live):
         for k in ("rounds_done", f"final_{p}", f"best_{p}", "final_test_loss", "uplink_mb", "downlink_mb", "wall_s", "run_dir"):
             v = summary.get(k)
             t.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
-        self.console.print(t)
+        print_whole(self.console, t)

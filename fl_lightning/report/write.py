@@ -167,12 +167,32 @@ def write_csv(rows: list[Row], path: str) -> None:
                        + [";".join(os.path.relpath(x.path) for x in r.runs)])
 
 
-def print_table(page: str) -> None:
-    """The page's table (its markdown rows) on the terminal."""
+def print_table(page: str, console=None) -> None:
+    """The page's first table (its markdown rows) drawn with rich on stdout; off a terminal at its full width."""
+    import re
+
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from ..progress import print_whole
+
     with open(page) as f:
         lines = [x.rstrip("\n") for x in f]
     start = next((i for i, x in enumerate(lines) if x.startswith("|")), None)
-    if start is not None:
-        end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
-        print("\n".join(lines[start:end]))
+    if start is None:
+        return
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+
+    def cells(line: str) -> list[str]:  # split on unescaped pipes; \| in a cell is a literal pipe
+        return [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+    rows = [cells(x) for x in lines[start:end]]
+    body = [r for r in rows[1:] if not all(re.fullmatch(r":?-+:?", c) for c in r if c)]
+    table = Table()
+    for h in rows[0]:
+        table.add_column(Text(h))
+    for r in body:  # cells as plain text: a [bracket] in a cell is no rich markup
+        table.add_row(*(Text(c) for c in (r + [""] * len(rows[0]))[:len(rows[0])]))
+    print_whole(console or Console(), table)
 
