@@ -1,5 +1,5 @@
 """What a CNN run imports: ``train.py`` in a fresh interpreter, then its ``sys.modules``. A CNN run needs neither the
-Hugging Face stack (transformers, peft) nor matplotlib nor lightning.pytorch (the Trainer side of Lightning; the run
+Hugging Face stack (transformers, peft, datasets, flwr_datasets) nor matplotlib nor lightning.pytorch (the Trainer side of Lightning; the run
 uses Fabric alone): importing them cost most of the start-up (docs/benchmarks.md, W2). A wrapper or a logger that
 needs one of them imports it itself, shown by the last test. Not timed: only which modules were loaded."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers.cli import FAST, ROOT
 
-HEAVY = ("transformers", "peft", "matplotlib", "lightning.pytorch", "torchmetrics")
+HEAVY = ("transformers", "peft", "matplotlib", "lightning.pytorch", "torchmetrics", "datasets", "flwr_datasets")
 
 # train.py as `python train.py ARGS` runs it, then the heavy modules it left in sys.modules (one JSON line)
 _PROBE = """
