@@ -14,8 +14,13 @@ for the whole run, and no number of the step to change behind its back:
   momentum); its step counters are device tensors (``device_steps``); its groups' numbers (learning rates, weight
   decay) are constants of the graph, so when a client brings others (an lr schedule's next round) the step is
   captured again (one capture a round, the cost of about one step);
-* every part with per-step work declares itself safe (``Part.graph_safe``): it reads only such static tensors.
-  The parts of FedAvg and of seed 004's FedMuon do.
+* every part with per-step work declares itself safe (``Part.graph_safe``): its step hooks read only such static
+  tensors, sync nothing to the host and branch on no tensor's value; a host number they read is planned before the
+  step (``before_step``) and declared (``Part.graph_plan``): a step whose plan differs from the captured one (Sophia's
+  refresh every τ steps, the last step of seed 003's order) runs eagerly, and a change at a client's start (a round's
+  clipping thresholds) captures the step again; a number read as a 0-d tensor under :func:`capturing` is filled in
+  place. tests/system/test_part_writes.py holds every graph-safe part to this, and docs/usage.md lists the methods
+  that replay (:func:`replay_table`).
 
 A replay reads memory by address, so a tensor that a client brings anew instead of writing into the old one would be
 read stale without a word. So at each client's start the addresses the step reads are compared with those it was
@@ -39,6 +44,22 @@ log = logging.getLogger("fl_lightning")
 WARMUP = 3  # eager steps before the capture (cuBLAS handles, autograd's streams and other lazy set-up)
 
 
+def capturing() -> bool:
+    """Whether a CUDA graph is being captured on the current stream: a graph-safe part then reads a host number it
+    plans per step as its 0-d tensor (a float would be a constant of the graph)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def plan(client, strategy) -> tuple:
+    """The host values the graph-safe parts' step hooks read this step (``Part.graph_plan``), planned before it."""
+    out = []
+    for part in strategy.parts if strategy is not None else ():
+        if part.graph_plan:
+            state = getattr(client, "_states", {}).get(part.name)
+            out.append(tuple(getattr(state, f, None) for f in part.graph_plan))
+    return tuple(out)
+
+
 def _hooked(part) -> bool:
     """Whether a part does work inside the local step (``after_backward`` / ``after_step``)."""
     from .strategies.base import Part
@@ -57,8 +78,12 @@ def unsupported(strategy, optimizer) -> str | None:
         return "no local optimizer"
     adapter = adapter_for(optimizer)
     stateless = not any(adapter.entries(p) for g in optimizer.param_groups for p in g["params"])
-    if not (stateless or (adapter.zero_is_fresh and (adapter.device_steps or not _has_counts(optimizer)))):
+    if stateless:
+        return None
+    if not adapter.zero_is_fresh:
         return f"{type(optimizer).__name__} rebuilds its state for each client"
+    if not adapter.device_steps and _has_counts(optimizer):
+        return f"{type(optimizer).__name__} counts its steps on the host (a constant of a captured step)"
     return None
 
 
@@ -117,6 +142,7 @@ class GraphedStep:
         self.warm = 0
         self.numbers: list | None = None  # the optimizer groups' numbers the graph was captured with
         self.addresses: list[int] | None = None  # and the memory it reads (``addresses``)
+        self.plan: tuple | None = None  # and the parts' planned host values (``plan``)
         self._n = {"graphs_captured": 0, "replays": 0, "eager_steps": 0}
 
     @staticmethod
@@ -143,9 +169,10 @@ class GraphedStep:
 
             CompiledStep.steps_as_tensors(client.optimizer)
             if self.graph is not None and (self._numbers(client.optimizer) != self.numbers
-                                           or addresses(client, self.strategy) != self.addresses):
+                                           or addresses(client, self.strategy) != self.addresses
+                                           or plan(client, self.strategy) != self.plan):
                 self.graph = self.static = self.loss = None  # captured again at this step (warm already)
-        if self.graph is not None and self._same_shapes(batch):
+        if self.graph is not None and self._same_shapes(batch) and plan(client, self.strategy) == self.plan:
             torch._foreach_copy_([self.static[key] for key in batch], list(batch.values()))
             self.graph.replay()
             client.batch, client.loss = self.static, self.loss
@@ -175,6 +202,7 @@ class GraphedStep:
         graph = torch.cuda.CUDAGraph()
         self.numbers = self._numbers(client.optimizer)
         self.addresses = addresses(client, self.strategy)
+        self.plan = plan(client, self.strategy)
         try:  # thread_local: a checkpoint written from another thread meanwhile does not break the capture
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.loss = self.step_fn(client, self.static, k)

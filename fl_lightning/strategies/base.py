@@ -306,6 +306,12 @@ class Part:
     # True: the part's per-step hooks read and write only tensors that stay the same memory for the run (its own
     # buffers filled in place, the server's tensors), so trainer.compile=graphs may replay them (graphed_step.py)
     graph_safe: bool = False
+    # (graph_safe) the host values of the part's Round state its step hooks read (a step count's consequence planned
+    # by before_step, the round's thresholds): a replayed step holds them as constants, so when they change at a
+    # client's start the step is captured again, and a step whose values differ from the captured ones (Sophia's
+    # refresh, the last step of seed 003's order) runs eagerly (graphed_step.py). Read as anything else, a host number
+    # is a 0-d tensor filled in place when ``graphed_step.capturing()``
+    graph_plan: tuple[str, ...] = ()
     # attributes a resume does not need (a buffer refilled for each client, a value recomputed each round from the
     # saved state): the unsaved-state check at each checkpoint leaves them alone (strategies/unsaved.py)
     scratch: tuple[str, ...] = ()

@@ -135,3 +135,206 @@ def test_a_part_changes_only_what_it_declares(method, tmp_path):
         # a changed entry, or one that came into being (the optimizer: its builder wrote all of it)
         return result, {k for k, v in after.items() if k not in before or not same(before[k], v)}
     assert undeclared(method, tmp_path, "writes", observe) == {}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# graph safety (Part.graph_safe, trainer.compile=graphs): a replayed step runs what was captured, so a graph-safe part's
+# step hooks may not wait for the device, branch on a tensor's value, read a host number it did not declare planned
+# (Part.graph_plan), rebind a tensor a later step reads, or change the optimizer's settings (constants of the graph)
+
+# ops whose result a host needs before it goes on (a device's value read back, an output shaped by the data)
+SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive",
+            "unique_dim", "equal", "is_nonzero", "bincount", "histc"}
+SYNC_METHODS = ("item", "tolist", "numpy", "cpu", "__bool__", "__float__", "__int__", "__index__")
+STEP_HOOKS = ("after_backward", "after_step")
+
+
+class SyncWatch(TorchDispatchMode):
+    """The ops of a hook that would wait for the device (what ``torch.cuda.set_sync_debug_mode`` reports on CUDA),
+    seen on the CPU: the dispatcher's reads of a value and data-shaped ops, and the Tensor methods that copy to the
+    host without one (``tolist``, ``cpu``, ``numpy``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.syncs: list[str] = []
+        self._saved = {}
+
+    def __enter__(self):
+        for name in SYNC_METHODS:
+            orig = getattr(torch.Tensor, name)
+            self._saved[name] = orig
+
+            def watched(t, *a, _orig=orig, _name=name, **kw):
+                self.syncs.append(f"Tensor.{_name}")
+                return _orig(t, *a, **kw)
+            setattr(torch.Tensor, name, watched)
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for name, orig in self._saved.items():
+            setattr(torch.Tensor, name, orig)
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ in SYNC_OPS:
+            self.syncs.append(f"aten.{func.overloadpacket.__name__}")
+        return func(*args, **(kwargs or {}))
+
+
+def _host_value(v) -> bool:
+    """A value a replayed step would hold as a constant: not a tensor, nor a container of tensors, nor a generator."""
+    if isinstance(v, (torch.Tensor, torch.Generator)) or v is None:
+        return False
+    if isinstance(v, dict):
+        return any(_host_value(x) for x in v.values())
+    if isinstance(v, (list, tuple)):
+        return any(_host_value(x) for x in v)
+    return True
+
+
+class StateReads:
+    """A part's Round state in a step hook's hands, recording the fields it reads."""
+
+    def __init__(self, state):
+        object.__setattr__(self, "_state", state)
+        object.__setattr__(self, "read", set())
+
+    def __getattr__(self, name):
+        v = getattr(self._state, name)
+        self.read.add((name, _host_value(v)))
+        return v
+
+    def __setattr__(self, name, value):
+        setattr(self._state, name, value)
+
+
+def graph_violations(part, client, run, plan_ref) -> list[str]:
+    """What ``run(client)`` (a step hook of the graph-safe ``part``) does that a replay could not (the module comment)."""
+    from fl_lightning.graphed_step import _tensors
+
+    state = client._states.get(part.name)
+    own = lambda: [t.data_ptr() for t in _tensors(vars(part), []) + (  # noqa: E731
+        _tensors(vars(state), []) if state is not None else [])]
+    before, settings = own(), snapshot(client).get("optimizer.settings")
+    proxy = StateReads(state) if state is not None else None
+    if proxy is not None:
+        client._states[part.name] = proxy
+    try:
+        with SyncWatch() as watch:
+            run(client)
+    finally:
+        if proxy is not None:
+            client._states[part.name] = state
+    out = [f"syncs to the host ({s})" for s in dict.fromkeys(watch.syncs)]
+    if proxy is not None:
+        out += [f"reads the host value {name!r} of its round state, not in graph_plan"
+                for name, host in sorted(proxy.read) if host and name not in part.graph_plan]
+    if own() != before:
+        out.append("rebinds a tensor of its own or of its round state (a replay reads the old one)")
+    if not same(settings, snapshot(client).get("optimizer.settings")):
+        out.append("changes the optimizer's settings (constants of a captured step)")
+    return out
+
+
+def graph_safety(loop, rounds: int = 2) -> dict[str, list[str]]:
+    """Run ``rounds`` of ``loop`` with its graph-safe parts' step hooks run as while captured
+    (``graphed_step.capturing()`` true) and watched at every step a replay would take (its planned values, the parts'
+    ``graph_plan``, those of the client's first step); what each part did that a replay could not."""
+    from fl_lightning import graphed_step
+
+    found: dict[str, list[str]] = {}
+    first: dict[int, tuple] = {}  # id(client) -> the plan of its first step (the captured one)
+    for part in loop.strategy.parts:
+        if not part.graph_safe:
+            continue
+        for hook in STEP_HOOKS:
+            if getattr(type(part), hook) is getattr(Part, hook):
+                continue
+
+            def watched(client, _run=getattr(part, hook), _part=part):
+                p = graphed_step.plan(client, loop.strategy)
+                if first.setdefault(id(client), p) != p:  # an eager step under graphs
+                    return _run(client)
+                for v in graph_violations(_part, client, _run, p):
+                    found.setdefault(_part.name, [])
+                    if v not in found[_part.name]:
+                        found[_part.name].append(v)
+            setattr(part, hook, watched)
+    saved = graphed_step.capturing
+    graphed_step.capturing = lambda: True
+    try:
+        for r in range(rounds):
+            loop.run_round(r)
+    finally:
+        graphed_step.capturing = saved
+    return found
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_graph_safe_part_does_only_what_a_replay_can(method, tmp_path):
+    """Every method's graph-safe parts (``Part.graph_safe``), run as while captured over two rounds: no host sync, no
+    undeclared host number, no rebound tensor, no change to the optimizer's settings at a step that would replay."""
+    loop = build_loop([f"method={method}", "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=2",
+                       "fl.local_steps=5"], tmp_path)
+    assert graph_safety(loop) == {}
+
+
+def test_every_part_with_step_hooks_decides_its_graph_safety():
+    """Every part of the package with per-step hooks is graph-safe (each was decided: issue 61), and the
+    watcher above catches each thing a part must not do (a toy part for each)."""
+    import fl_lightning.strategies.parts as parts
+
+    hooked = [c for c in vars(parts).values() if isinstance(c, type) and issubclass(c, Part) and any(
+        getattr(c, h) is not getattr(Part, h) for h in STEP_HOOKS)]
+    assert {c.__name__ for c in hooked} == {"BiClip", "GlobalAlignment", "MomentumCorrection", "MuonStepOrder",
+                                            "ProximalTerm", "ScaffoldCorrection", "Scallion", "SharedAdaptiveStorm",
+                                            "SophiaHessian"}
+    assert [c.__name__ for c in hooked if not c.graph_safe] == []
+
+
+class _Unsafe(Part):
+    """A part that does, in its step hook, each thing a replay cannot (chosen by ``what``)."""
+
+    graph_safe = True
+
+    def __init__(self, what: str):
+        self.what, self.buf = what, None
+
+    def client_start(self, client):
+        from dataclasses import dataclass
+
+        from fl_lightning.strategies.round_state import RoundState, own
+
+        @dataclass
+        class Round(RoundState):
+            count: int = own(0)
+        type(self).Round = Round
+        client.start_state(self, Round(count=client.step))
+        self.buf = torch.zeros(())
+
+    def after_backward(self, client):
+        g = next(iter(client.params.values())).grad
+        if self.what == "item" and float(g.abs().sum()) > 0:
+            g.mul_(1.0)
+        if self.what == "branch" and g.abs().sum() > 0:
+            g.mul_(1.0)
+        if self.what == "host":
+            g.mul_(1.0 + client.state_of(self).count)
+        if self.what == "rebind":
+            self.buf = g.sum()
+        if self.what == "settings":
+            client.optimizer.param_groups[0]["lr"] *= 0.5
+
+
+@pytest.mark.parametrize("what,expected", [("item", "syncs to the host (Tensor.__float__)"),
+                                           ("branch", "syncs to the host (Tensor.__bool__)"),
+                                           ("host", "reads the host value 'count' of its round state, not in graph_plan"),
+                                           ("rebind", "rebinds a tensor"), ("settings", "changes the optimizer's settings")])
+def test_the_graph_watcher_sees_what_a_replay_cannot_do(what, expected, tmp_path):
+    loop = build_loop(["method=fedavg", "fl.rounds=1", "fl.num_clients=4", "fl.clients_per_round=1",
+                       "fl.local_steps=2"], tmp_path)
+    part = _Unsafe(what)
+    part.name = "unsafe"
+    loop.strategy.parts.append(part)
+    found = graph_safety(loop, rounds=1)
+    assert list(found) == ["unsafe"] and any(v.startswith(expected) for v in found["unsafe"]), found

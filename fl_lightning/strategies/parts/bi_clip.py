@@ -39,6 +39,11 @@ Threshold = Annotated[float, Range(0.0), ORDERED]
 class BiClip(Part):
     reads = ("grads",)  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
+    # trainer.compile=graphs: elementwise ops on the gradients, the round's two thresholds constants of the graph
+    # (captured again when a schedule moves them: once a round)
+    graph_safe = True
+    graph_plan = ("thresholds",)
+
     def __init__(self, lower: Threshold = 1e-4, upper: Threshold = 1.0,
                  lower_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0,
                  upper_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0):

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ... import graphed_step
 from ...errors import ConfigError
 from ...config import Fraction, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
@@ -139,10 +140,11 @@ class GlobalAlignment(Part):
         cuda = client.params[self.names[0]].is_cuda
         st = client.start_state(self, self.Round(deltas={n: down.DG[n] for n in self.names} if step or cuda else {},
                                                  step=step))
-        if cuda:  # −η_r·α for a step replayed as a CUDA graph (trainer.compile=graphs)
-            if self._neg_step is None or self._neg_step.device != client.params[self.names[0]].device:
-                self._neg_step = torch.zeros((), dtype=torch.float64, device=client.params[self.names[0]].device)
-            self._neg_step.fill_(-step)
+        # −η_r·α for a step replayed as a CUDA graph (trainer.compile=graphs), a 0-d tensor filled in place
+        dev = client.params[self.names[0]].device
+        if self._neg_step is None or self._neg_step.device != dev:
+            self._neg_step = torch.zeros((), dtype=torch.float64, device=dev)
+        self._neg_step.fill_(-step)
         if step and self.scheduled:  # η_r·α as a tensor for a compiled step under a schedule: a float would be a
             st.step_t = torch.tensor(-step, dtype=torch.float64, device=client.params[self.names[0]].device)  # constant
 
@@ -167,7 +169,7 @@ class GlobalAlignment(Part):
         d = [dg.to(p.dtype) for p, dg in zip(params, deltas.values())]
         if st.step_t is not None and torch.compiler.is_compiling():  # trainer.compile: η_r·α an input of the graph
             torch._foreach_add_(params, torch._foreach_mul(d, st.step_t))
-        elif params[0].is_cuda and torch.cuda.is_current_stream_capturing():  # trainer.compile=graphs
+        elif graphed_step.capturing():  # trainer.compile=graphs
             torch._foreach_add_(params, torch._foreach_mul(d, self._neg_step))
         else:
             torch._foreach_add_(params, d, alpha=-st.step)  # p ← p - η_r α Δ_G

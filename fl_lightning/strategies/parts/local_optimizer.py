@@ -37,6 +37,10 @@ class LocalOptimizer(Part):
     reads = ("optimizer.state",)  # what its hooks read of the client's training tensors
     writes = ("optimizer.settings", "optimizer.state", "optimizer.corrections")  # it builds the optimizer
     provides_optimizer = True  # the Strategy's required slot: built before any other part's client_start
+    # trainer.compile=graphs: no step hooks; the run's one optimizer, its state zeroed in place for each client or (state=
+    # persistent) each client's imported in place (optim/state.py); whether its step replays is its adapter's call
+    # (graphed_step.unsupported: state allocated once, counts on the device)
+    graph_safe = True
 
     def __init__(self, optimizer: Callable, state: str = "reset", param_groups: Callable | None = None):
         if not callable(optimizer):
@@ -53,9 +57,6 @@ class LocalOptimizer(Part):
         if state not in ("reset", "persistent"):
             raise ConfigError("state", f"unknown value {state!r}", "use reset or persistent")
         self.persistent = state == "persistent"
-        # trainer.compile=graphs replays a step over the run's one optimizer state; a persistent one is loaded anew
-        # for each client (other tensors), so it runs eagerly
-        self.graph_safe = not self.persistent
         self._optimizer: torch.optim.Optimizer | None = None  # the run's one optimizer object (reset_in_place)
 
     def build(self, client: ClientContext) -> torch.optim.Optimizer:

@@ -45,6 +45,7 @@ class ScaffoldCorrection(ServerControlVariate):
     writes = ("grads",)  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: the same after_backward over the clients' stacked corrections and sums
     CONTROLS = ("mean_grad", "option2", "last_grad", "option1")
+    graph_safe = True  # trainer.compile=graphs: multi-tensor ops on the gradients and its round state's tensors
     scratch = ("_zeros", "_acc")  # a never-trained client's c_i, the gradient sum: refilled for each client
 
     def __init__(self, control: str = "mean_grad", correction_applied: bool = True):

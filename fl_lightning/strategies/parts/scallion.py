@@ -85,6 +85,7 @@ class Scallion(Part):
         ci: dict = own(default_factory=dict)     # c_i as the round began
 
     batched = True  # trainer.cohort: the same after_backward, each client's correction c − c_i stacked
+    graph_safe = True  # trainer.compile=graphs: one multi-tensor add of its round state's correction
 
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:

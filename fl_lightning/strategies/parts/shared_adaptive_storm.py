@@ -31,6 +31,7 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
+from ... import graphed_step
 from ...config import Fraction, NonNegative, OneOf, Positive
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..round_state import RoundState, own, rows
@@ -42,6 +43,9 @@ class SharedAdaptiveStorm(Part):
     reads = ("grads", "weights", "optimizer.settings")  # what its hooks read of the client's training tensors
     writes = ("grads", "weights")  # what its hooks change of the client's training tensors
     batched = True  # trainer.cohort: m, v, H and the previous point stacked; 1 − α and η per client and step
+    # trainer.compile=graphs: the step's 1 − α and η planned before it (before_step) and read as 0-d tensors filled in
+    # place while captured; x_t kept in place; the second gradient (a backward inside the step) captured with it
+    graph_safe = True
     def __init__(self, k: Positive = 2.0, omega: NonNegative = 8.0, c: NonNegative = 1.0, rho: Positive = 1e-2,
                  v_decay: Fraction = 0.99, init: Annotated[str, OneOf("grad", "zero")] = "grad"):
         self.k, self.omega, self.c, self.rho, self.decay = float(k), float(omega), float(c), float(rho), float(v_decay)
@@ -138,14 +142,15 @@ class SharedAdaptiveStorm(Part):
         with torch.enable_grad():
             old = client.gradient_at(s.prev)  # ∇F_i(x_t; ξ), the same minibatch
         m = s.m
-        compiled = torch.compiler.is_compiling()  # trainer.compile: the numbers as tensors (eager: the floats)
+        # trainer.compile=step or graphs: the numbers as tensors (eager: the floats)
+        compiled = torch.compiler.is_compiling() or graphed_step.capturing()
         torch._foreach_sub_(m, [old[n] for n in self.names])
         torch._foreach_mul_(m, s.keep_t if compiled else s.keep)
         torch._foreach_add_(m, grads)                         # m ← ∇F(x_{t+1}) + (1 − α)(m − ∇F(x_t))
         torch._foreach_mul_(s.v, self.decay)
         torch._foreach_addcmul_(s.v, grads, grads, value=1.0 - self.decay)
-        s.prev = {n: p.detach().clone() for n, p in zip(self.names, params)}
-        direction = torch._foreach_div(m, s.H)
+        torch._foreach_copy_([s.prev[n] for n in self.names], [p.detach() for p in params])  # in place: a replay
+        direction = torch._foreach_div(m, s.H)                                               # reads it there
         torch._foreach_mul_(direction, s.scale_t if compiled else s.scale)  # the last gradient: no step
         for p, d in zip(params, direction):
             p.grad = d

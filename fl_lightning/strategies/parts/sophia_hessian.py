@@ -45,6 +45,10 @@ class SophiaHessian(Part):
     reads = ("grads", "weights", "optimizer.state")  # what its hooks read of the client's training tensors
     writes = ("optimizer.state",)  # what its hooks change of the client's training tensors
     ESTIMATORS = ("hutchinson", "gnb", "empirical")
+    # trainer.compile=graphs: whether a step refreshes ĥ is planned before it (before_step), so the regular steps, which
+    # do nothing here, replay, and a refresh step (its own generator's draws, a double backward) runs eagerly
+    graph_safe = True
+    graph_plan = ("refresh",)
     COUNTERS = ("global", "client", "round")
 
     def __init__(self, estimator: str = "hutchinson", every: Annotated[int, Range(1, 10**9)] = 10,

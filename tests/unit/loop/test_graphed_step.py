@@ -22,23 +22,60 @@ def _reason(method: str, tmp_path, extra=()) -> str | None:
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fedmuon", "fedavg_server_momentum", "fedadam", "local_muon_reset",
-                                    "fedmuon_bc"])
+                                    "fedmuon_bc", "scaffold", "fed_sophia", "local_muon", "fafed", "fedprox"])
 def test_these_methods_steps_replay(method, tmp_path):
     """FedAvg's stateless SGD, seed 004's FedMuon (Muon's state allocated once and zeroed in place, its alignment
     reading the server's Δ_G), server optimizers (outside the step), a reset Local Muon, and seed 000's FedMuon, whose
-    corrections C_glob − C_i are new tensors for each client (so its step is captured again for each client)."""
+    corrections C_glob − C_i are new tensors for each client (so its step is captured again for each client);
+    SCAFFOLD's correction, Sophia (its refresh steps planned before the step, run eagerly), a persistent Local Muon
+    (each client's state imported in place), FAFED (its step's numbers as 0-d tensors) and FedProx."""
     assert _reason(method, tmp_path) is None
 
 
 @pytest.mark.parametrize("method,needle", [
-    ("scaffold", "is not declared graph-safe"),  # its correction hook
-    ("fed_sophia", "is not declared graph-safe"),  # the Hessian refresh every τ steps
-    ("local_muon", "not declared graph-safe"),  # a persistent optimizer state, loaded anew for each client
     ("fedpac_soap", "rebuilds its state"),  # its first step initialises its bases
+    ("fedavg_adam", "counts its steps on the host"),  # torch's Adam: its step count a host-side tensor
 ])
 def test_the_others_say_why_they_run_eagerly(method, needle, tmp_path):
     reason = _reason(method, tmp_path)
     assert reason is not None and needle in reason, reason
+
+
+def test_a_part_not_declared_graph_safe_runs_eagerly(tmp_path):
+    from fl_lightning.strategies.base import Part
+
+    class Hooked(Part):
+        def after_backward(self, client):
+            pass
+    loop = build_loop(["method=fedavg", *BASE, "trainer.accelerator=cpu"], tmp_path)
+    part = Hooked()
+    part.name = "hooked"
+    loop.strategy.parts.append(part)
+    assert unsupported(loop.strategy, object()) == "part 'hooked' (Hooked) is not declared graph-safe"
+
+
+def test_the_plan_is_the_parts_planned_host_values(tmp_path):
+    """``graphed_step.plan``: seed 003's step order marks the round's last step, Sophia its refresh steps, planned
+    before each step (``before_step``); what a replay compares with the captured plan."""
+    from fl_lightning.graphed_step import plan
+
+    seen = {}
+    for method in ("fedmuon_avg", "fed_sophia"):
+        loop = build_loop([f"method={method}", *BASE, "trainer.accelerator=cpu", "method.parts.hessian.every=4"]
+                          if method == "fed_sophia" else [f"method={method}", *BASE, "trainer.accelerator=cpu"],
+                          tmp_path / method)
+        loop.strategy.setup(loop.server_context())
+        received = {k: m.tensor for k, m in loop.strategy.broadcast(0).items()}
+        client = loop.start_client(loop.owned[0], 0, received, 1.0)
+        plans = []
+        for k, batch in enumerate(loop.data.client_batches(client.id, 0, loop.device, StepBudget(steps=6))):
+            loop.strategy.before_step(client)
+            plans.append(plan(client, loop.strategy))
+            loop.local_step(client, batch, k)
+            client.step += 1
+        seen[method] = plans
+    assert seen["fedmuon_avg"] == [((False,),)] * 5 + [((True,),)]
+    assert seen["fed_sophia"] == [((k % 4 == 3,),) for k in range(6)]
 
 
 def test_sgd_with_momentum_rebuilds_its_state(tmp_path):
@@ -96,3 +133,36 @@ def test_graph_replays_equal_eager_steps(method, model, extra, tmp_path, monkeyp
     rounds = runs["graphs"][1]["rounds_done"]
     assert 1 <= counts["graphs_captured"] <= rounds and counts["replays"] > counts["eager_steps"], counts
     assert _rel(runs["none"][0], runs["graphs"][0]) <= 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("method,extra", [
+    ("scaffold", []), ("fedprox", []), ("scallion", []), ("adam_biclip", []), ("padamfed_vr", []), ("fafed", []),
+    ("fed_sophia", ["method.parts.hessian.every=4"]), ("fedmuon_avg", ["method.ns_dtype=null"]),
+])
+def test_the_parts_decided_graph_safe_replay_as_eager(method, extra, tmp_path, monkeypatch):
+    """The parts issue 61 decided graph-safe, on the CNN: replayed runs give eager's model up to float order, most
+    steps replayed (a planned step, Sophia's refresh or seed 003's last step, eagerly; a client bringing new tensors
+    captures again)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    over = [f"method={method}", "model=cnn", *BASE, "trainer.accelerator=cuda", *extra]
+    runs = {}
+    for mode in ("none", "graphs"):
+        loop = build_loop(over + [f"trainer.compile={mode}"], tmp_path / mode)
+        summary = loop.run(progress_enabled=False)
+        runs[mode] = ({k: v.detach().cpu() for k, v in loop.global_params.items()}, summary)
+    counts = runs["graphs"][1]["compile"]
+    assert counts["eager_reason"] is None and counts["graphs_captured"] >= 1, counts
+    assert counts["replays"] > counts["eager_steps"], counts
+    assert _rel(runs["none"][0], runs["graphs"][0]) <= 1e-4
+
+
+@pytest.mark.slow
+def test_the_usage_table_of_replaying_methods_is_the_declarations():
+    """docs/usage.md's table of which methods replay (and why the others do not) is what the declarations give
+    (``python3 -m tests.helpers.graph_table`` rewrites it)."""
+    from tests.helpers.graph_table import current, table
+
+    assert current() == table()
