@@ -23,7 +23,7 @@ from .client_store import ClientStateStore
 from .cohort import auto_cohort, check_cohort_memory
 from .compiled_step import CompiledStep
 from .config import check_clients, check_run, config_hash, instantiate, interpolation_source
-from .data import build_federated_data
+from .data import build_federated_data, hub
 from .errors import ConfigError
 from .loop import FederatedLoop, LoopConfig
 from .models import build_model
@@ -237,6 +237,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
             peers.check_shared_dir(fabric, run_dir)
             peers.start_heartbeat(fabric.global_rank, fabric.world_size)
     torch.manual_seed(int(cfg.seed))
+    hub.configure(bool(cfg.get("download", False)))  # offline unless download=true (fl_lightning/data/hub.py)
     auto = str(cfg.fl.num_clients) == "auto"
     data = build_federated_data(cfg.data, None if auto else int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
     if auto:  # the partition decided (one client per natural group): record it and check what depends on it

@@ -81,12 +81,14 @@ def resume_config(cfg: DictConfig, run_dir: str, force: bool) -> DictConfig:
     """Check the config resuming ``run_dir`` (composed from the run's saved overrides with this command's on top,
     :func:`prepare`): a difference from the saved config in a key that changes results is refused with one line
     naming the keys, unless ``force_resume=true``."""
+    from .data.hub import inherit_source
     from .precision import inherit
 
     saved_cfg = os.path.join(run_dir, "config.yaml")
     if os.path.exists(saved_cfg):
         saved = OmegaConf.load(saved_cfg)
         inherit(cfg, saved)  # ns_dtype: auto keeps the precision the run resolved when it started
+        inherit_source(cfg, saved)  # a run saved before data.source existed: the reader it ran with
         diff = result_diff(saved, cfg)
         if diff and not force:
             shown = ", ".join(f"{k} ({a!r} -> {b!r})" for k, a, b in diff[:4])

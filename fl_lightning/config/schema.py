@@ -195,6 +195,10 @@ class Root:
         None, "a run directory: continue from its last checkpoint (auto: this run's own directory if it holds one, "
         "else start fresh)", example="outputs/DATE/TIME", result=False)
     force_resume: bool = key(False, "resume even if the result-relevant config differs", result=False)
+    download: bool = key(
+        False, "fetch what the run needs and is missing (torchvision sets, hub datasets and weights) with the "
+        "libraries' own downloaders into their caches, once per node; false: offline (HF_HUB_OFFLINE, "
+        "local_files_only), a missing item is one line naming it", example="true", result=False)
     overwrite: bool = key(
         False, "a new run into a directory holding another run's checkpoints replaces it", result=False)
     stop_after_rounds: Annotated[Optional[int], Range(1, 10**9)] = key(
@@ -259,8 +263,10 @@ def not_setting_keys() -> list[str]:
 
 
 # dataset arguments (not schema keys) whose place in the hash depends on a value: ``data.fake=false`` is the real
-# files, hashed as before the argument existed
-ARGUMENT_HASH_RULES = {"data.fake": lambda v, view: v is not False}
+# files, hashed as before the argument existed; ``data.source`` tsv (GLUE) / files (C4) is the reader every run
+# before the argument used (fl_lightning/data/hub.py: LEGACY_SOURCE)
+ARGUMENT_HASH_RULES = {"data.fake": lambda v, view: v is not False,
+                       "data.source": lambda v, view: v not in ("tsv", "files")}
 
 
 def hash_rules() -> dict[str, object]:

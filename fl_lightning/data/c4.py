@@ -1,11 +1,18 @@
 """C4 (Raffel et al., "Exploring the Limits of Transfer Learning with a Unified Text-to-Text Transformer", JMLR 2020)
 for LLaMA pre-training from scratch as seed 001 uses it (Liu et al., "Taming Preconditioner Drift" (FedPAC), ICML
-submission, Sec. 6.3 and Table 3), from local ``c4-*.json.gz`` shards (allenai/c4 ``en``: one JSON document per line
-with ``text``, ``url``, ``timestamp``; nothing is downloaded).
+submission, Sec. 6.3 and Table 3), from ``c4-*.json.gz`` shards (allenai/c4 ``en``: one JSON document per line
+with ``text``, ``url``, ``timestamp``). ``source``:
 
-The training shards (``train_files`` under ``root``, sorted; ``max_train_shards`` of them) and the validation shards
-(``val_files``, ``max_val_shards``) are tokenized once (the tokenizer from a local ``tokenizer_path``, e.g. a
-``save_pretrained`` T5 tokenizer, the literature's: GaLore's setup, Zhao et al., ICML 2024, arXiv 2403.03507; the
+- ``hub`` (default): the hub's ``allenai/c4`` in the Hugging Face cache, only its first ``max_train_shards``
+  training files (``en/c4-train.00000-of-01024.json.gz`` ...) and ``max_val_shards`` validation files (the whole
+  ``en`` set is about 300 GB); ``download=true`` fetches exactly those (:mod:`fl_lightning.data.hub`). The shard
+  files are read as they are (streamed into the token files below), not through an Arrow copy of ``datasets``;
+- ``files``: local shards, ``train_files`` / ``val_files`` patterns under ``root`` (sorted; what a run saved
+  before ``source`` existed read, hashed as absent).
+
+The training shards (``max_train_shards`` of them) and the validation shards (``max_val_shards``) are tokenized once
+(the tokenizer from ``tokenizer_path``: a hub id, by default ``google-t5/t5-base``, or a ``save_pretrained`` T5
+tokenizer folder, the literature's: GaLore's setup, Zhao et al., ICML 2024, arXiv 2403.03507; the
 paper names none, decision 001/#29 in docs/decisions.md) into memory-mapped token files
 (:mod:`fl_lightning.data.tokens`), cached under ``cache_dir`` by the tokenizer's fingerprint and the shard list
 (names and sizes). Documents are concatenated, each followed by the end-of-sequence id, and packed into sequences of
@@ -25,14 +32,26 @@ from typing import Annotated
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
-from ..config import Range
+from ..config import OneOf, Range
 from .info import DataInfo
+from . import hub
 from .text import default_cache_dir, load_tokenizer, tokenizer_fingerprint
 from .tokens import TokenSet, build_token_files, read_meta
 
 log = logging.getLogger("fl_lightning")
 
 FORMAT = 1  # bump when the token files' layout changes
+HUB_REPO = "allenai/c4"
+HUB_SHARDS = {"train": 1024, "validation": 8}  # files per split of allenai/c4 en
+SOURCES = ("hub", "files")
+
+
+def hub_shards(split: str, limit: int | None, arg: str, fetch: bool) -> list[str]:
+    """The first ``limit`` (null: all) ``en/c4-<split>.NNNNN-of-MMMMM.json.gz`` files of allenai/c4 from the hub
+    cache (fetched with ``download=true``)."""
+    total = HUB_SHARDS[split]
+    names = [f"en/c4-{split}.{i:05d}-of-{total:05d}.json.gz" for i in range(min(int(limit or total), total))]
+    return [hub.resolve_file(HUB_REPO, name, arg, "dataset", fetch, "the C4 shard " + name + " of") for name in names]
 
 
 def shards(root: str, pattern: str, limit: int | None, arg: str) -> list[str]:
@@ -73,14 +92,22 @@ def c4(root: str = "data/c4", tokenizer_path: str | None = None, train_files: st
        val_files: str = "c4-validation.*.json.gz", max_train_shards: Annotated[int, Range(1, 1 << 20)] | None = None,
        max_val_shards: Annotated[int, Range(1, 1 << 20)] | None = 1, seq_len: Annotated[int, Range(2, 1 << 20)] = 256,
        eval_sequences: Annotated[int, Range(1, 1 << 30)] = 2048, cache_dir: str | None = "auto",
-       hub_offline: bool = True, batch_docs: Annotated[int, Range(1, 1 << 24)] = 1000
-       ) -> tuple[TokenSet, TokenSet, DataInfo]:
-    """(train, test, info) as packed token sequences (see the module docstring)."""
+       hub_offline: bool = True, batch_docs: Annotated[int, Range(1, 1 << 24)] = 1000,
+       source: Annotated[str, OneOf(*SOURCES)] = "files") -> tuple[TokenSet, TokenSet, DataInfo]:
+    """(train, test, info) as packed token sequences (see the module docstring). ``hub_offline``: deprecated
+    (``download=true``)."""
     root = os.path.expanduser(str(root))
-    train_shards = shards(root, train_files, max_train_shards, "train_files")
-    val_shards = shards(root, val_files, max_val_shards, "val_files")
-    tok = load_tokenizer(tokenizer_path, offline=hub_offline, hint="point data.tokenizer_path at a save_pretrained "
-                         "tokenizer directory (the T5 tokenizer: t5-base's tokenizer.json)")
+    fetch = hub.allow_fetch("data.hub_offline", hub_offline, lambda v: v is False)
+    if source not in SOURCES:
+        raise ConfigError("source", f"unknown source {source!r}", f"use one of {', '.join(SOURCES)}")
+    if source == "hub":
+        train_shards = hub_shards("train", max_train_shards, "max_train_shards", fetch)
+        val_shards = hub_shards("validation", max_val_shards, "max_val_shards", fetch)
+    else:
+        train_shards = shards(root, train_files, max_train_shards, "train_files")
+        val_shards = shards(root, val_files, max_val_shards, "val_files")
+    tok = load_tokenizer(tokenizer_path, offline=not fetch, hint="set data.tokenizer_path=google-t5/t5-base (the "
+                         "Hugging Face cache; download=true fetches it) or a save_pretrained T5 tokenizer folder")
     tok_hash = tokenizer_fingerprint(tok)
     cache = default_cache_dir(cache_dir) or os.path.join(root, ".fl_cache")
     (tr_dir, tr_meta), (te_dir, te_meta) = (tokenized(f, tok, tok_hash, cache, batch_docs) for f in (train_shards, val_shards))

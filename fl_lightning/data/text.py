@@ -50,15 +50,37 @@ def no_hf_progress_bars():
             hf_logging.enable_progress_bar()
 
 
+# what a tokenizer (and the model's config) needs of a hub snapshot: fetched by download=true, looked for offline
+TOKENIZER_PATTERNS = ["*.json", "*.txt", "*.model"]
+
+
+def local_pretrained(path, arg: str, fetch: bool, patterns: list[str], what: str, also: tuple[str, ...] = (),
+                     need=None) -> str:
+    """A hub id (``org/name``) as a local folder: ``$FL_WEIGHTS_ROOT/<name>`` if there, else its snapshot in the
+    Hugging Face cache (fetched first under ``download=true``; :mod:`fl_lightning.data.hub`); anything else (a
+    folder, a file, a slash-free cached id) as it is."""
+    from . import hub
+
+    path = os.path.expanduser(str(path))
+    if not hub.is_hub_id(path):
+        return path
+    return hub.local_first(path, also) or hub.resolve_snapshot(path, arg, "model", patterns, fetch, what, need=need)
+
+
+def has_tokenizer(folder: str) -> bool:
+    return any(os.path.isfile(os.path.join(folder, f)) for f in TOKENIZER_FILES if f != "special_tokens_map.json")
+
+
 def load_tokenizer(path: str, arg: str = "tokenizer_path", offline: bool = True, hint: str = ""):
     """``AutoTokenizer.from_pretrained(path)`` with ``local_files_only`` (unless ``offline`` is False) and without
-    remote code; a missing or unreadable path is a one-line ConfigError naming ``arg``."""
+    remote code; ``path``: a folder, or a hub id resolved by :func:`local_pretrained`; a missing or unreadable path
+    is a one-line ConfigError naming ``arg``."""
     if not path:
         raise ConfigError(arg, "is not set", hint or "point it at a save_pretrained directory holding the tokenizer")
     hf_offline(offline)
+    path = local_pretrained(path, arg, not offline, TOKENIZER_PATTERNS, "the tokenizer of", need=has_tokenizer)
     from transformers import AutoTokenizer
 
-    path = os.path.expanduser(str(path))
     if offline and not os.path.isdir(path) and (os.sep in path or path.startswith(".")):
         raise ConfigError(arg, f"no directory {path}", hint or "give a save_pretrained directory holding the tokenizer")
     try:

@@ -3,8 +3,8 @@
 Each public function is a dataset builder (``_target_`` of ``conf/data/<name>.yaml``) returning
 ``(train, test, DataInfo)``. Images are held as uint8 tensors; augmentation and normalization run batched (see
 ``augment.py``). A missing dataset is a one-line :class:`ConfigError` on ``root`` that names the directory
-torchvision expects and how to fill it. Nothing is downloaded unless ``download: true`` is given (an explicit
-opt-in, off in every yaml; a run never needs it offline).
+torchvision expects and how to fill it. Nothing is downloaded unless the run says ``download=true`` (top-level;
+the old ``data.download: true`` still works with a deprecation line), once per node under a file lock.
 
 ``normalize`` (the colour sets): ``dataset`` (the dataset's own per-channel mean/std, the default), ``imagenet``
 (ImageNet's, for pretrained weights such as ``model=swin_t``) or ``{mean: [...], std: [...]}`` (a paper's own
@@ -126,6 +126,9 @@ def _load(spec: _Spec, root: str, augment: bool | None, normalize="dataset", dow
     if not isinstance(download, bool):
         raise ConfigError("download", f"must be true or false, got {download!r}", "leave it false (the files are read from root)")
     check_fake(fake)
+    from . import hub
+
+    download = hub.allow_fetch("data.download", download, lambda v: v is True)  # download=true, or the old key
     mean, std = mean_std(normalize, (spec.mean, spec.std))
     root = os.path.expanduser(str(root))
     cls = getattr(tvd, spec.cls_name)
@@ -136,17 +139,26 @@ def _load(spec: _Spec, root: str, augment: bool | None, normalize="dataset", dow
     try:
         if fake:  # no files: the pipeline end to end on random images of the real shapes and sizes
             train, test = (fake_images(n, spec.shape, spec.num_classes, seed) for seed, n in enumerate(spec.sizes))
+        elif download:  # one download per node: the others wait on the lock, then read the files
+            from filelock import FileLock
+
+            from .cache import cache_root, lock_path
+
+            final = os.path.join(cache_root(), "downloads", f"{spec.cls_name}-{os.path.abspath(root).replace(os.sep, '_')}")
+            os.makedirs(os.path.dirname(lock_path(final)), exist_ok=True)
+            with FileLock(lock_path(final)):
+                train, test = cls(root, train=True, download=True), cls(root, train=False, download=True)
         else:
-            train, test = cls(root, train=True, download=download), cls(root, train=False, download=download)
+            train, test = cls(root, train=True, download=False), cls(root, train=False, download=False)
     except RuntimeError as err:
         raise ConfigError(
             "root", f"{spec.cls_name} not found under {root!r} (torchvision looks for "
                     f"{os.path.join(root, spec.folder)}) ({_one_line(err)})",
             f"download it on a connected machine with torchvision.datasets.{spec.cls_name}(root, download=True) and copy "
-            f"the folder there, point root at the directory that holds it, or opt in to data.download=true") from None
+            f"the folder there, point root at the directory that holds it, or add download=true") from None
     except (OSError if download else ()) as err:  # download=true without a network (URLError is an OSError)
         raise ConfigError("download", f"could not download {spec.cls_name} into {root!r} ({_one_line(err)})",
-                          "download on a connected machine and copy the folder, then set data.download=false") from None
+                          "download on a connected machine and copy the folder, then run without download=true") from None
     except Exception as err:  # present but unreadable: say which files and what format is expected
         raise ConfigError(
             "root", f"could not read {spec.cls_name} from {os.path.join(root, spec.folder)} ({type(err).__name__}: {_one_line(err)})",

@@ -8,9 +8,10 @@ head trainable (``modules_to_save``), so only the LoRA factors and the head are 
 roberta-base gives 3,246,338 trainable of 127,893,508 parameters with 2 labels (``tests/unit/data/test_text.py`` asserts it
 on a meta-device build).
 
-The weights come from a **local path** (``pretrained_path``: a ``save_pretrained`` directory, or a model id that is
-in the Hugging Face cache); the hub stays offline (``HF_HUB_OFFLINE=1``, ``local_files_only``) unless
-``hub_offline: false``, and ``trust_remote_code`` is never set. Without a path the backbone the dataset prepared is
+The weights come from ``pretrained_path``: a ``save_pretrained`` directory, or a hub id (``FacebookAI/roberta-base``,
+``experiment=glue_lora``'s default on GLUE) read from ``$FL_WEIGHTS_ROOT/<name>`` if there, else from the Hugging
+Face cache (:mod:`fl_lightning.data.hub`); the hub stays offline (``HF_HUB_OFFLINE=1``, ``local_files_only``) unless
+the run says ``download=true`` (or the deprecated ``hub_offline: false``), and ``trust_remote_code`` is never set. Without a path the backbone the dataset prepared is
 used (``DataInfo.pretrained_path``: ``data=pydoc_topics``'s MLM-pretrained small RoBERTa). The frozen backbone's
 fingerprint (sha256 of its tensors, before the head and adapters) is kept on the network as
 ``backbone_fingerprint``; :class:`~fl_lightning.models.sequence_classifier.SequenceClassifierModule` stores it in
@@ -27,16 +28,18 @@ import torch
 from torch import nn
 
 from ..data.info import DataInfo
-from ..data.text import hf_offline, no_hf_progress_bars
+from ..data import hub
+from ..data.text import TOKENIZER_PATTERNS, hf_offline, local_pretrained, no_hf_progress_bars
 from ..errors import ConfigError
 from ..config import Positive, Range
 from ._args import Dropout, lora_args
 
 LORA_TARGETS = ("query", "key", "value", "dense")
-WEIGHTS_HINT = ("put a save_pretrained directory of roberta-base there (config.json, model.safetensors and the "
-                "tokenizer files: on a connected machine, `AutoModel.from_pretrained('FacebookAI/roberta-base')"
-                ".save_pretrained(DIR)` and the same with AutoTokenizer) and pass model.net.pretrained_path=DIR; "
+WEIGHTS_HINT = ("set model.net.pretrained_path=FacebookAI/roberta-base (read from the Hugging Face cache; download=true "
+                "fetches it) or a save_pretrained directory of roberta-base (config.json, model.safetensors, tokenizer files); "
                 "or run the zero-setup task: data=pydoc_topics")
+# what the backbone needs of a hub snapshot (safetensors only: no pickled .bin, no TF/Flax/ONNX copies)
+MODEL_PATTERNS = [*TOKENIZER_PATTERNS, "*.safetensors"]
 
 
 def tensors_fingerprint(module: nn.Module) -> str:
@@ -68,10 +71,11 @@ def load_backbone(path: str, num_labels: int, offline: bool = True) -> nn.Module
     """``AutoModelForSequenceClassification.from_pretrained(path)`` (local files only unless ``offline`` is False,
     no remote code) with a fresh ``num_labels`` head; a path that does not load is a one-line ConfigError."""
     hf_offline(offline)
+    path = local_pretrained(path, "pretrained_path", not offline, MODEL_PATTERNS, "the model",
+                            need=lambda p: os.path.isfile(os.path.join(p, "config.json")))
     import transformers
     from transformers import AutoModelForSequenceClassification
 
-    path = os.path.expanduser(str(path))
     if offline and not os.path.isdir(path) and (os.sep in path or path.startswith(".")):
         raise ConfigError("pretrained_path", f"no directory {path}", WEIGHTS_HINT)
     level = transformers.logging.get_verbosity()
@@ -111,7 +115,7 @@ def roberta_lora(info: DataInfo, pretrained_path: str | None = None, hub_offline
         raise ConfigError("pretrained_path", "is not set (RoBERTa + LoRA fine-tunes a pretrained model)", WEIGHTS_HINT)
     if not isinstance(lora, bool):
         raise ConfigError("lora", f"must be true or false, got {lora!r}", "use true (LoRA) or false (full fine-tuning)")
-    model = load_backbone(path, info.num_classes, bool(hub_offline))
+    model = load_backbone(path, info.num_classes, not hub.allow_fetch("model.net.hub_offline", hub_offline, lambda v: v is False))
     if info.vocab_size and info.vocab_size > model.config.vocab_size:
         raise ConfigError("pretrained_path", f"the dataset's tokenizer has {info.vocab_size} tokens, the model at "
                           f"{path} only {model.config.vocab_size} embeddings",

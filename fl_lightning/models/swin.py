@@ -1,8 +1,9 @@
 """Swin Transformer (Liu et al., "Swin Transformer: Hierarchical Vision Transformer using Shifted Windows", ICCV 2021,
 arXiv 2103.14030) as seed 004 fine-tunes it (its Table 3; the variant is not stated, decision 004/AMBIG-13 in
 docs/decisions.md): timm's ``SwinTransformer``, Swin-T (patch 4, window 7, 224x224, embed 96, depths 2-2-6-2, heads
-3-6-12-24; 27,596,254 parameters with 100 classes), ImageNet weights read from a
-**local file** (``pretrained_path``; nothing is fetched), a fresh head for the dataset's classes, and optionally
+3-6-12-24; 27,596,254 parameters with 100 classes), ImageNet weights (``pretrained_path``: a local file, or a hub
+id, by default ``timm/swin_tiny_patch4_window7_224.ms_in1k``, read from ``$FL_WEIGHTS_ROOT`` if there, else from the
+Hugging Face cache; fetched only with ``download=true``), a fresh head for the dataset's classes, and optionally
 LoRA (Hu et al., ICLR 2022, arXiv 2106.09685) through ``peft``: r 16, alpha 32, dropout 0.05 on ``attn.qkv`` and
 ``attn.proj`` (the authors' ``--lora 1``); then only the LoRA factors and the head are trainable, so only they are
 trained, communicated and averaged (the frozen backbone stays put on every client).
@@ -34,6 +35,7 @@ from ..config import OneOf, Positive, Range
 from ._args import Depths, Dropout, Width, choice, image_shape, lora_args, positive_ints
 
 RESIZES = ("bilinear", "resize_crop")
+HUB_ID = "timm/swin_tiny_patch4_window7_224.ms_in1k"  # conf/model/swin_t.yaml's default
 WEIGHTS_HINT = ("swin_tiny_patch4_window7_224.pth from github.com/microsoft/Swin-Transformer (release v1.0.0) or "
                 "timm's swin_tiny_patch4_window7_224.ms_in1k model.safetensors")
 
@@ -79,7 +81,11 @@ def load_pretrained(swin: nn.Module, path: str) -> None:
     """Backbone weights from ``path`` into ``swin`` (the head stays freshly initialised)."""
     from timm.models.swin_transformer import checkpoint_filter_fn
 
-    path = os.path.expanduser(str(path))
+    from .vit_base import hub_weights
+
+    path = hub_weights(path, also=("swin_tiny_patch4_window7_224.pth",) if path == HUB_ID else ())
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "model.safetensors")):  # a hub snapshot folder
+        path = os.path.join(path, "model.safetensors")
     if not os.path.isfile(path):
         raise ConfigError("pretrained_path", f"no weights file at {path}",
                           f"put {WEIGHTS_HINT} there (download it on a connected machine), point pretrained_path at "

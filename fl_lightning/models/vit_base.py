@@ -9,8 +9,10 @@ Worth 16x16 Words", ICLR 2021, arXiv 2010.11929): patch 16, dim 768, depth 12, 1
 token, learned positions, LayerNorm eps 1e-6; built locally (nothing from the hub), 86,567,656 parameters with a
 1000-class head, 85,875,556 with CIFAR-100's 100 classes. Every weight is trained and communicated.
 
-``pretrained_path``: a **local** file or a folder holding one (``model.safetensors``, else ``pytorch_model.bin``: a
-timm hub snapshot); ``.safetensors`` is read with safetensors, ``.bin`` / ``.pth`` / ``.pt`` with ``torch.load(...,
+``pretrained_path``: a hub id (the default, ``timm/vit_base_patch16_224.orig_in21k``: its ``model.safetensors``
+from ``$FL_WEIGHTS_ROOT/<name>/`` if there, else from the Hugging Face cache, fetched only with ``download=true``;
+:mod:`fl_lightning.data.hub`), a local file, or a folder holding one (``model.safetensors``, else
+``pytorch_model.bin``: a timm hub snapshot); ``.safetensors`` is read with safetensors, ``.bin`` / ``.pth`` / ``.pt`` with ``torch.load(...,
 weights_only=True)`` (never a pickle of code). The default is timm's ``vit_base_patch16_224.orig_in21k`` (the
 original Google ImageNet-21k ViT-B/16, the file the authors' ``vit_model.py`` names,
 ``jx_vit_base_patch16_224_in21k``); ``vit_base_patch16_224.augreg_in21k`` (what timm's old name
@@ -47,12 +49,20 @@ SKIPPED = ("head.", "pre_logits.")                      # never loaded: the fres
 
 
 def download_hint(path: str) -> str:
-    """How to get the default weights file to ``path`` (a file or the folder that should hold model.safetensors)."""
-    folder = path if not os.path.splitext(path)[1] else os.path.dirname(path) or "."
-    return (f"on a connected machine run python3 -c \"from huggingface_hub import hf_hub_download; "
-            f"hf_hub_download('timm/{VARIANT}', 'model.safetensors', local_dir='{folder}')\" (timm's ImageNet-21k "
-            f"ViT-B/16) and copy {os.path.join(folder, 'model.safetensors')} to this machine, or point "
-            f"pretrained_path at such a file or its folder (null: train from scratch)")
+    """How to get the default weights (a path: the file or the folder that should hold model.safetensors)."""
+    return (f"set pretrained_path=timm/{VARIANT} (read from the Hugging Face cache; add download=true on a connected "
+            f"machine to fetch it), or point it at such a model.safetensors or its folder (null: train from scratch)")
+
+
+def hub_weights(path: str, key: str = "pretrained_path", also: tuple[str, ...] = ()) -> str:
+    """``path``, or for a hub id (``timm/<variant>``) its weights file: ``$FL_WEIGHTS_ROOT/<name>`` (or ``also``)
+    if there, else the cache's ``model.safetensors`` (:mod:`fl_lightning.data.hub`)."""
+    from ..data import hub
+
+    path = os.path.expanduser(str(path))
+    if not hub.is_hub_id(path):
+        return path
+    return hub.local_first(path, also) or hub.resolve_file(path, "model.safetensors", key)
 
 
 class ResizedViT(nn.Module):
@@ -107,8 +117,8 @@ def read_state(path: str) -> dict[str, Tensor]:
 
 
 def load_pretrained(vit: nn.Module, path: str) -> None:
-    """Every tensor but the head from ``path`` (a file or a hub folder) into ``vit``; the head stays fresh."""
-    path = weights_file(path)
+    """Every tensor but the head from ``path`` (a file, a hub folder or a hub id) into ``vit``; the head stays fresh."""
+    path = weights_file(hub_weights(path))
     state = {k: v for k, v in read_state(path).items() if not k.startswith(SKIPPED)}
     own = {k: v for k, v in vit.state_dict().items() if not k.startswith(SKIPPED)}
     wrong = [f"{k} {tuple(v.shape)} vs {tuple(own[k].shape)}" for k, v in state.items() if k in own and v.shape != own[k].shape]

@@ -69,14 +69,15 @@ def data_overrides(data: str, files: dict, cfg) -> list[str]:
         # a Dirichlet partition of 100 images: let a client hold a single one
         return [f"data.root={files['vision']}", *(["data.partition.min_size=1"] if "min_size" in cfg.data.partition else [])]
     if data == "glue":
-        return [f"data.root={files['glue']}", f"data.tokenizer_path={files['roberta']}", "data.task=mrpc",
+        return ["data.source=tsv", f"data.root={files['glue']}", f"data.tokenizer_path={files['roberta']}", "data.task=mrpc",
                 f"data.cache_dir={files['cache']}", f"model.net.pretrained_path={files['roberta']}"]
     if data == "sentiment140":
         return [f"data.root={files['s140']}", "data.fraction=0.5", f"data.cache_dir={files['cache']}"]
     if data == "shakespeare":
         return [f"data.root={files['leaf']}", "data.train_per_client=20", "data.test_per_client=8", "fl.num_clients=3"]
     if data == "c4":
-        return [f"data.root={files['c4']}", f"data.tokenizer_path={files['c4_tok']}", f"data.cache_dir={files['cache']}",
+        return ["data.source=files", f"data.root={files['c4']}", f"data.tokenizer_path={files['c4_tok']}",
+                f"data.cache_dir={files['cache']}",
                 "data.seq_len=16", "data.eval_sequences=8"]
     return []  # digits: embedded
 

@@ -22,7 +22,7 @@ def corpus(tmp_path_factory):
 
 @pytest.mark.parametrize("method", ["fedpac_sophia", "fedpac_sophia_light", "local_sophia"])
 def test_the_table_3_setting_runs_a_sophia_method_past_its_first_estimate(method, corpus, tmp_path):
-    loop = build_loop(["experiment=fedpac_llama_c4", f"method={method}", f"data.root={corpus['root']}",
+    loop = build_loop(["experiment=fedpac_llama_c4", f"method={method}", "data.source=files", f"data.root={corpus['root']}",
                        f"data.tokenizer_path={corpus['tok']}", f"data.cache_dir={corpus['cache']}", "data.seq_len=16",
                        "data.eval_sequences=8", "model.net.layers=1", "model.net.hidden_size=16", "model.net.heads=2",
                        "model.net.intermediate_size=32", "fl.num_clients=4", "fl.clients_per_round=1", "fl.rounds=1",

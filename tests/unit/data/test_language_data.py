@@ -21,7 +21,7 @@ def corpus(tmp_path_factory):
 
 
 def c4_args(c):
-    return ["model=llama_tiny", "data=c4", f"data.root={c['root']}", f"data.tokenizer_path={c['tok']}",
+    return ["model=llama_tiny", "data=c4", "data.source=files", f"data.root={c['root']}", f"data.tokenizer_path={c['tok']}",
             f"data.cache_dir={c['cache']}", "data.seq_len=32", "data.eval_sequences=8", "data.batch_size=4",
             "fl.num_clients=4", "fl.clients_per_round=2", "fl.local_steps=2", "fl.rounds=2", "trainer.progress=false",
             "trainer.accelerator=cpu", "method=local_adamw", "method.lr=3e-3"]

@@ -73,7 +73,7 @@ def files(tmp_path_factory):
 
 
 def _overrides(files, tmp_path, task, *extra):
-    return ["experiment=glue_lora", f"data.task={task}", f"data.root={files / 'glue'}",
+    return ["experiment=glue_lora", f"data.task={task}", "data.source=tsv", f"data.root={files / 'glue'}",
             f"model.net.pretrained_path={files / 'roberta'}", f"data.cache_dir={tmp_path / 'cache'}",
             "fl.rounds=2", "fl.local_steps=3", "fl.eval_every=1", "data.batch_size=8", "trainer.progress=false",
             "trainer.accelerator=cpu", *extra]
@@ -342,16 +342,16 @@ def test_pydoc_topics_sentences_drop_rules_and_code():
 
 @pytest.mark.slow
 def test_cli_glue_without_files_is_one_line(tmp_path):
-    p = run_cli(["experiment=glue_lora", f"data.root={tmp_path / 'glue'}", f"run_dir={tmp_path / 'run'}"])
+    p = run_cli(["experiment=glue_lora", "data.source=tsv", f"data.root={tmp_path / 'glue'}", f"run_dir={tmp_path / 'run'}"])
     one_line_error(p, "data.root: no RTE/ directory under", "put the GLUE task folders there")
 
 
 @pytest.mark.slow
 def test_cli_glue_with_files_and_pydoc_topics(files, tmp_path):
-    p = run_cli(["experiment=glue_lora", "data.task=cola", f"data.root={files / 'glue'}", f"data.cache_dir={tmp_path}",
+    p = run_cli(["experiment=glue_lora", "data.task=cola", "data.source=tsv", f"data.root={files / 'glue'}", f"data.cache_dir={tmp_path}",
                  "model.net.pretrained_path=null", f"data.tokenizer_path={files / 'tok'}", f"run_dir={tmp_path / 'a'}"])
     one_line_error(p, "model.net.pretrained_path: is not set", "save_pretrained directory of roberta-base")
-    p = run_cli(["experiment=glue_lora", "data.task=cola", f"data.root={files / 'glue'}", f"data.cache_dir={tmp_path}",
+    p = run_cli(["experiment=glue_lora", "data.task=cola", "data.source=tsv", f"data.root={files / 'glue'}", f"data.cache_dir={tmp_path}",
                  f"model.net.pretrained_path={files / 'roberta'}", "fl.rounds=1", "fl.local_steps=2",
                  "trainer.progress=false", f"run_dir={tmp_path / 'b'}"])
     assert p.returncode == 0, p.stderr[-2000:]

@@ -123,13 +123,17 @@ def test_table2_experiment_on_cifar_files(tmp_path, method):
     assert len((tmp_path / "run" / "metrics.csv").read_text().splitlines()) == 3
 
 def test_missing_weights_file_is_one_line_naming_the_file_and_the_download(tmp_path, monkeypatch):
+    """The default is the hub id: not under $FL_WEIGHTS_ROOT and not in the Hugging Face cache, it is one line naming
+    the id, the cache folder looked in and the commands that fetch it."""
     monkeypatch.setenv("FL_WEIGHTS_ROOT", str(tmp_path / "weights"))
-    folder = tmp_path / "weights" / "vit_base_patch16_224.orig_in21k"
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
     code, err = cli_in_process(["model=vit_base", *MICRO, *ONE_ROUND], tmp_path / "run")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert f"model.net.pretrained_path: no weights file at {folder}/model.safetensors" in lines[0], lines[0]
-    assert f"hf_hub_download('timm/vit_base_patch16_224.orig_in21k', 'model.safetensors', local_dir='{folder}')" \
+    assert ("model.net.pretrained_path: the weights timm/vit_base_patch16_224.orig_in21k is not in the Hugging Face "
+            f"cache (looked in {tmp_path}/hf/hub/models--timm--vit_base_patch16_224.orig_in21k)") in lines[0], lines[0]
+    assert "download=true" in lines[0] and "hf download timm/vit_base_patch16_224.orig_in21k model.safetensors" \
         in lines[0] and "fix:" in lines[0], lines[0]
 
 
