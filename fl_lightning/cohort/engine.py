@@ -47,6 +47,7 @@ from ..strategies.parts.local_optimizer import COHORT_KEY
 from ..strategies.round_state import RoundState
 from .dropout import CohortDropout, dropout_sites
 from .optimizer import ClientByClient, copy_of
+from .rows import flat_rows, scale_rows_
 
 KEY = COHORT_KEY
 log = logging.getLogger("fl_lightning")
@@ -259,8 +260,14 @@ class CohortContext:
 
     @staticmethod
     def div_rows_(tensors: list[Tensor], x: Tensor) -> None:
-        """Each client's rows of ``tensors`` (K, ...) divided by its entry of ``x`` (K,)."""
-        torch._foreach_div_(tensors, [x.view(-1, *([1] * (t.dim() - 1))) for t in tensors])
+        """Each client's rows of ``tensors`` (K, ...) divided by its entry of ``x`` (K,) (a fixed number of kernels:
+        ``cohort/rows.py``)."""
+        scale_rows_(tensors, x, "div")
+
+    @staticmethod
+    def mul_rows_(tensors: list[Tensor], x: Tensor) -> None:
+        """Each client's rows of ``tensors`` (K, ...) multiplied by its entry of ``x`` (K,) (``cohort/rows.py``)."""
+        scale_rows_(tensors, x, "mul")
 
     def gradient_at(self, weights: dict[str, Tensor]) -> dict[str, Tensor]:
         """Each client's gradient at ``weights`` on its own minibatch of the step (``Cohort.gradient_at``), as
@@ -581,9 +588,11 @@ class Cohort:
         """``clip_grad_norm_`` per client: each row's gradient norm over all parameters, scaled to ``max_norm``."""
         grads = [t.grad for t in stacked.values() if t.grad is not None]
         K = grads[0].shape[0]
-        norms = torch.linalg.vector_norm(torch.cat([g.reshape(K, -1) for g in grads], dim=1), dim=1)
+        flat = flat_rows(grads)  # (K, P): the norms' input, scaled there and copied back (cohort/rows.py)
+        norms = torch.linalg.vector_norm(flat if flat is not None else torch.cat([g.reshape(K, -1) for g in grads],
+                                                                                 dim=1), dim=1)
         coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-        torch._foreach_mul_(grads, [coef.view(-1, *([1] * (g.dim() - 1))) for g in grads])  # views: one kernel
+        scale_rows_(grads, coef, "mul", flat)
 
     @staticmethod
     def _snapshot(stacked: dict[str, Tensor], optimizer) -> list[tuple[Tensor, Tensor]]:

@@ -176,13 +176,13 @@ class SharedAdaptiveStorm(Part):
         old = cohort.gradient_at(st.prev)  # each client at its previous point, its own minibatch
         m = st.m
         torch._foreach_sub_(m, [old[n] for n in self.names])
-        torch._foreach_mul_(m, [keep_t.view(-1, *([1] * (t.dim() - 1))) for t in m])
+        cohort.mul_rows_(m, keep_t)  # per-client factors: a fixed number of kernels (cohort/rows.py)
         torch._foreach_add_(m, grads)
-        torch._foreach_mul_(st.v, [decay_t.view(-1, *([1] * (t.dim() - 1))) for t in st.v])
+        cohort.mul_rows_(st.v, decay_t)
         torch._foreach_addcmul_(st.v, grads, grads, value=1.0 - self.decay)  # a finished client's gradient is 0
         st.prev = {n: p.detach().clone() for n, p in zip(self.names, params)}
         direction = torch._foreach_div(m, st.H)
-        torch._foreach_mul_(direction, [scale_t.view(-1, *([1] * (t.dim() - 1))) for t in direction])
+        cohort.mul_rows_(direction, scale_t)
         for p, d in zip(params, direction):
             p.grad = d
 
