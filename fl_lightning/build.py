@@ -261,7 +261,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
                                   lambda: activation_bytes(module, data, fabric), str(cfg.trainer.compile))
         if fabric.global_rank == 0:
             log.info("trainer.cohort=auto -> %d: %s", cohort, why)
-    check_cohort_memory(int(cohort), module, available_memory(fabric.device))
+    check_cohort_memory(int(cohort), module, available_memory(fabric.device), strategy)
     rank, world = fabric.global_rank, fabric.world_size
     offload = cfg.store.offload_dir  # a str (the schema's type), even for a folder whose name reads as a number
     if offload and world > 1:

@@ -46,6 +46,7 @@ from ..strategies.base import ClientContext, Part
 from ..strategies.parts.local_optimizer import COHORT_KEY
 from ..strategies.round_state import RoundState
 from .dropout import CohortDropout, dropout_sites
+from .memory import AUTO_FRACTION, STACKED_COPIES, auto_cohort, check_cohort_memory, client_bytes  # noqa: F401
 from .optimizer import ClientByClient, copy_of
 from .rows import flat_rows, scale_rows_
 
@@ -149,56 +150,6 @@ def _order(opt, params: dict) -> list[str]:
     """The names of ``opt``'s parameters in its state-dict order."""
     by_param = {id(p): n for n, p in params.items()}
     return [by_param[id(p)] for g in opt.param_groups for p in g["params"]]
-
-
-# per client: its weights, gradients and up to two optimizer-state tensors per parameter (Adam's moments)
-STACKED_COPIES = 4
-
-
-def check_cohort_memory(size: int, module: nn.Module, available: int | None) -> None:
-    """Refuse, in one line with the memory it would need, a cohort whose K stacked copies of the trainable
-    parameters, gradients and optimizer state (:data:`STACKED_COPIES` per client) do not fit the memory free on the
-    device (``available`` bytes; None: unknown). The activations of K batches come on top."""
-    if size <= 1 or available is None:
-        return
-    per_client = STACKED_COPIES * _trainable_bytes(module)
-    if size * per_client > available:
-        fit = max(1, available // max(1, per_client))
-        raise ConfigError(KEY, f"{size} clients stacked need about {_gib(size * per_client)} for their weights, "
-                          f"gradients and optimizer state, and {_gib(available)} is free",
-                          f"use trainer.cohort={min(fit, size - 1)} or less")
-
-
-AUTO_FRACTION = 0.8  # trainer.cohort=auto: the share of the device's free memory the stacked clients may take
-
-
-def auto_cohort(strategy, module: nn.Module, device: torch.device, clients: int, available: int | None,
-                activation_bytes, compiled: str | None = None) -> tuple[int, str]:
-    """``trainer.cohort=auto``: ``(K, why)``. 1 off CUDA (the sequential loop is as fast on a CPU: docs/benchmarks.md)
-    and for a method or model that cannot run batched (the reason); on CUDA the most of the ``clients`` a process
-    trains in a round whose stacked weights, gradients, optimizer state (:data:`STACKED_COPIES` per client) and
-    activations (``activation_bytes()``: a one-client forward and backward, measured) fit :data:`AUTO_FRACTION` of
-    the free memory."""
-    if device.type != "cuda":
-        return 1, f"the sequential loop on {device.type} (a cohort is a GPU path)"
-    try:
-        check_cohort(strategy, module, 2, compiled)
-    except ConfigError as err:
-        return 1, f"the sequential loop: {err.problem}"
-    if available is None or clients <= 1:
-        return 1, "the sequential loop (free memory unknown)" if available is None else "one client a round"
-    per_client = STACKED_COPIES * _trainable_bytes(module) + int(activation_bytes())
-    k = max(1, min(clients, int(AUTO_FRACTION * available) // max(1, per_client)))
-    return k, (f"{k} clients a step: {_gib(per_client)} each (weights, gradients, optimizer state, activations), "
-               f"{_gib(available)} free")
-
-
-def _trainable_bytes(module: nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 class _Losses(nn.Module):

@@ -290,6 +290,13 @@ class Part:
         """(``batched``) Why this part cannot run batched with ``module`` (checked at build), or None."""
         return None
 
+    def cohort_rows(self) -> int:
+        """(``batched``) How many model-sized tensors per client its Round's ``rows`` fields hold in a cohort (what
+        ``cohort/memory.py`` counts before allocating); default: one per tensor ``rows`` field."""
+        from ..cohort.memory import rows_fields
+
+        return rows_fields(self)
+
     def cohort_start(self, cohort) -> None:
         """(``batched``) After every client started and the Round states were stacked: anything more to gather."""
     def cohort_after_backward(self, cohort) -> None:

@@ -156,6 +156,9 @@ class MomentumCorrection(Part):
         acc: list = rows(default_factory=list)       # (control) the round's gradient sum
         x_prev: dict = shared(default_factory=dict)  # (vr) x^{r-1}
 
+    def cohort_rows(self) -> int:
+        return 2 if self.control else 0  # c_i and the gradient sum, with control variates
+
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
         """One client's tensors or a cohort's (K, ...) alike: d^r and x^{r-1} broadcast over the clients, each

@@ -99,6 +99,9 @@ class ScaffoldCorrection(ServerControlVariate):
                                                  # option I's fresh gradient at x^r
         c_i: dict = own(default_factory=dict)    # c_i as the round began
 
+    def cohort_rows(self) -> int:
+        return 1 if self.control == "option2" else 2  # the correction, and the gradient sum (none under option2)
+
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:
         """One client's tensors or a cohort's (K, ...) alike (a finished client's gradient is zero: its sum stays,

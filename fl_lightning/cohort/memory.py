@@ -1,0 +1,130 @@
+"""What a cohort of K clients holds per client, counted before it is allocated: the refusal of a K that does not fit
+(``check_cohort_memory``) and ``trainer.cohort=auto``'s memory bound (``auto_cohort``).
+
+Per client (:func:`client_bytes`): its stacked weights and gradients; its optimizer state as the optimizer's adapter
+makes it fresh (``init_state``, on the meta device: nothing allocated), so SOAP's Kronecker factors and eigenbases
+count, whether one optimizer holds them stacked or each client's own does (``ClientByClient``); Muon's corrections
+where a part writes them; the parts' per-client round tensors (their ``Round``'s ``rows`` fields, ``Part.cohort_rows``);
+and the (K, P) buffer per-client clipping scales the gradients in (``cohort/rows.py``). The activations of K batches
+come on top (``auto_cohort`` measures one client's).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError
+from ..strategies.parts.local_optimizer import COHORT_KEY as KEY
+
+# a guess for an optimizer whose adapter cannot say its state: two moments per parameter (Adam's)
+UNKNOWN_STATE_COPIES = 2
+# per client without a strategy to count from: weights, gradients and two optimizer-state tensors per parameter
+STACKED_COPIES = 4
+AUTO_FRACTION = 0.8  # trainer.cohort=auto: the share of the device's free memory the stacked clients may take
+
+
+def _trainable_bytes(module: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters() if p.requires_grad)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _meta_copy(module: nn.Module) -> nn.Module:
+    """``module`` with its parameters and buffers on the meta device (shapes and dtypes only; nothing copied)."""
+    memo = {id(p): nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
+            for p in module.parameters()}
+    memo.update({id(b): torch.empty_like(b, device="meta") for b in module.buffers()})
+    return copy.deepcopy(module, memo)
+
+
+def optimizer_state_bytes(opt_part, module: nn.Module) -> int | None:
+    """One client's fresh optimizer state in bytes (its adapter's ``init_state`` of every parameter, on the meta
+    device), or None where the optimizer part builds no optimizer this way or its adapter cannot say."""
+    from ..optim.adapters import StateAdapter, adapter_for
+
+    new = getattr(opt_part, "new_optimizer", None)
+    if new is None:
+        return None
+    meta = _meta_copy(module)
+    params = {n: p for n, p in meta.named_parameters() if p.requires_grad}
+    try:
+        opt = new(SimpleNamespace(module=meta, params=params, lr_factor=1.0))
+        adapter = adapter_for(opt)
+        if type(adapter) is StateAdapter:  # the generic adapter knows no state: unknown (stateless SGD has its own)
+            return None
+        total = 0
+        for g in opt.param_groups:
+            for p in g["params"]:
+                for v in adapter.init_state(p).values():
+                    if isinstance(v, torch.Tensor):
+                        total += v.numel() * v.element_size()
+        return total
+    except Exception:  # noqa: BLE001 - an optimizer that cannot be built on the meta device: the guess
+        return None
+
+
+def client_bytes(strategy, module: nn.Module) -> int:
+    """The bytes a cohort holds for each of its clients (the module docstring)."""
+    model = _trainable_bytes(module)
+    opt_part = strategy.optimizer_part()
+    state = optimizer_state_bytes(opt_part, module)
+    copies = 2  # the stacked weights and their gradients
+    copies += sum(p.cohort_rows() for p in strategy.parts if p is not opt_part and getattr(p, "batched", False))
+    if any("optimizer.corrections" in p.writes for p in strategy.parts if p is not opt_part):
+        copies += 1  # Muon's corrections, one per client
+    if strategy.grad_clip:
+        copies += 1  # per-client clipping's (K, P) buffer
+    return copies * model + (state if state is not None else UNKNOWN_STATE_COPIES * model)
+
+
+def rows_fields(part) -> int:
+    """The tensor ``rows`` fields of ``part``'s Round (each a model-sized tensor per client): the default of
+    ``Part.cohort_rows``."""
+    if part.Round is None:
+        return 0
+    kinds = part.Round.kinds()
+    return sum(1 for f in dataclasses.fields(part.Round) if kinds[f.name] == "rows" and str(f.type) in (
+        "list", "dict", "Tensor", "Tensor | None"))
+
+
+def check_cohort_memory(size: int, module: nn.Module, available: int | None, strategy=None) -> None:
+    """Refuse, in one line with the memory it would need, a cohort whose K clients' stacked tensors
+    (:func:`client_bytes`; without ``strategy``, :data:`STACKED_COPIES` copies of the trainable parameters) do not fit
+    the memory free on the device (``available`` bytes; None: unknown). The activations of K batches come on top."""
+    if size <= 1 or available is None:
+        return
+    per_client = client_bytes(strategy, module) if strategy is not None else STACKED_COPIES * _trainable_bytes(module)
+    if size * per_client > available:
+        fit = max(1, available // max(1, per_client))
+        raise ConfigError(KEY, f"{size} clients stacked need about {_gib(size * per_client)} for their weights, "
+                          f"gradients, optimizer and round state, and {_gib(available)} is free",
+                          f"use trainer.cohort={min(fit, size - 1)} or less")
+
+
+def auto_cohort(strategy, module: nn.Module, device: torch.device, clients: int, available: int | None,
+                activation_bytes, compiled: str | None = None) -> tuple[int, str]:
+    """``trainer.cohort=auto`` bounded by memory: ``(K, why)``. 1 off CUDA (the sequential loop is as fast on a CPU:
+    docs/benchmarks.md) and for a method or model that cannot run batched (the reason); on CUDA the most of the
+    ``clients`` a process trains in a round whose per-client tensors (:func:`client_bytes`) and activations
+    (``activation_bytes()``: a one-client forward and backward, measured) fit :data:`AUTO_FRACTION` of the free
+    memory."""
+    from .engine import check_cohort
+
+    if device.type != "cuda":
+        return 1, f"the sequential loop on {device.type} (a cohort is a GPU path)"
+    try:
+        check_cohort(strategy, module, 2, compiled)
+    except ConfigError as err:
+        return 1, f"the sequential loop: {err.problem}"
+    if available is None or clients <= 1:
+        return 1, "the sequential loop (free memory unknown)" if available is None else "one client a round"
+    per_client = client_bytes(strategy, module) + int(activation_bytes())
+    k = max(1, min(clients, int(AUTO_FRACTION * available) // max(1, per_client)))
+    return k, (f"{k} clients a step: {_gib(per_client)} each (weights, gradients, optimizer and round state, "
+               f"activations), {_gib(available)} free")
