@@ -51,6 +51,11 @@ VALID = [
     ("data.*_files", NAMES, "a file pattern under data.root, matched when the data is built"),
     ("model.net.pretrained_path", NAMES | {"null"}, "a weights file or folder, read when the model is built "
                                                     "(null: random initialisation / none)"),
+    *[(f"data.partition.{k}", {"null"}, "a Flower partitioner's argument (data/partition=flower): null = not given, "
+       "the class's default") for k in ("partition_by", "alpha", "min_partition_size", "self_balancing",
+                                         "num_classes_per_partition", "class_assignment_mode", "partition_sizes",
+                                         "num_shards_per_partition", "shard_size", "keep_incomplete_shard",
+                                         "strictness", "group_size", "mode", "sort_unique_ids", "shuffle")],
     ("model.net.glove_path", NAMES | {"null"}, "a GloVe file, read when the model is built (null: random embeddings)"),
     ("*mu_block", NAMES, "a parameter name, looked up in the model when the run starts (auto: the last hidden bias)"),
     ("method.parts.mu.block", NAMES, "a parameter name, looked up in the model when the run starts"),

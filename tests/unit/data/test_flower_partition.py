@@ -80,7 +80,7 @@ def test_inner_dirichlet_gives_the_sizes_asked_for():
     (["data.partition.partitioner=PathologicPartitioner"], "data.partition.partitioner",
      "has no 'PathologicPartitioner'; fix: did you mean PathologicalPartitioner?"),
     (["data.partition.partitioner=PathologicalPartitioner", "+data.partition.num_class_per_partition=2"],
-     "data.partition.num_class_per_partition", "did you mean num_classes_per_partition?"),
+     "data.partition.num_class_per_partition", "did you mean data.partition.num_classes_per_partition?"),
     (["data.partition.partitioner=LinearPartitioner", "data.partition.alpha=0.5"], "data.partition.alpha",
      "is not an argument of LinearPartitioner"),
     (["data.partition.partitioner=PathologicalPartitioner"], "data.partition.num_classes_per_partition",
