@@ -234,7 +234,7 @@ as before it existed); ``data.eval_batch_size`` and ``data.on_device`` stay in t
     from fl_lightning.report.runs import _IGNORED
     from tests.helpers.cli import make_cfg
 
-    assert sorted(hash_rules()) == ["data.fake", "data.val_fraction", "fl.rounds"]
+    assert sorted(hash_rules()) == ["data.fake", "data.source", "data.val_fraction", "fl.rounds"]
     assert {"data.eval_batch_size", "data.on_device"} <= set(not_setting_keys()) - set(not_result_keys())
     assert set(not_setting_keys()) <= set(_IGNORED)
     h = config_hash(make_cfg([]))
