@@ -266,3 +266,41 @@ def test_bad_source_is_one_line():
         from fl_lightning.data.glue import glue
 
         glue(source="web")
+
+
+def test_one_download_per_node(tmp_path, monkeypatch):
+    """Four workers of one node asking for the same missing file with download=true: one fetches it under the file
+    lock (data/cache.py's), the others wait and read it from the cache; all get the same path."""
+    import threading
+    import time
+
+    import huggingface_hub
+
+    from fl_lightning.data import hub
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("FL_CACHE_DIR", str(tmp_path / "fl"))
+    calls = []
+
+    def fake_download(repo, filename, repo_type=None, cache_dir=None, **kw):  # the hub's downloader, offline
+        calls.append(repo)
+        time.sleep(0.3)
+        folder = os.path.join(cache_dir, f"models--{repo.replace('/', '--')}")
+        os.makedirs(os.path.join(folder, "refs"), exist_ok=True)
+        os.makedirs(os.path.join(folder, "snapshots", REV), exist_ok=True)
+        with open(os.path.join(folder, "snapshots", REV, filename), "w") as f:
+            f.write("weights")
+        with open(os.path.join(folder, "refs", "main"), "w") as f:
+            f.write(REV)
+        return os.path.join(folder, "snapshots", REV, filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
+    got = []
+    workers = [threading.Thread(target=lambda: got.append(hub.resolve_file("org/w", "model.safetensors", "k",
+                                                                           fetch=True))) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert calls == ["org/w"] and len(got) == 4 and len(set(got)) == 1 and open(got[0]).read() == "weights"
