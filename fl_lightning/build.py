@@ -20,6 +20,7 @@ from . import peers, precision, signals
 from ._compat import import_fabric, set_collective_timeout, starts_processes_from_a_function
 from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
+from .cohort import auto as auto_settings
 from .cohort import auto_cohort, check_cohort_memory
 from .compiled_step import CompiledStep
 from .config import check_clients, check_run, config_hash, instantiate, interpolation_source
@@ -212,10 +213,11 @@ def _check_launcher(fabric) -> None:
                           "starts them from a function", "use trainer.strategy=ddp")
 
 
-def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, resume: str | None = None):
+def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, resume: str | None = None, _data=None):
     """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``).
     ``checked``: :func:`fl_lightning.config.check_run` already ran on ``cfg`` (the CLI does, once); otherwise it runs here.
-    ``resume``: the run directory this run continues (its saved config decides what ``auto`` precisions resolve to)."""
+    ``resume``: the run directory this run continues (its saved config decides what ``auto`` precisions and
+    ``trainer.cohort`` / ``trainer.compile`` resolve to). ``_data``: the run's data, already built (the probe's runs)."""
     saved = os.path.join(resume, "config.yaml") if resume else None
     if not checked:
         check_run(cfg)  # the config's one check (the CLI runs it before torch loads): nothing below re-checks cfg
@@ -239,7 +241,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     torch.manual_seed(int(cfg.seed))
     hub.configure(bool(cfg.get("download", False)))  # offline unless download=true (fl_lightning/data/hub.py)
     auto = str(cfg.fl.num_clients) == "auto"
-    data = build_federated_data(cfg.data, None if auto else int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
+    data = _data or build_federated_data(cfg.data, None if auto else int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
     if auto:  # the partition decided (one client per natural group): record it and check what depends on it
         with open_dict(cfg):
             cfg.fl.num_clients = data.num_clients
@@ -254,13 +256,15 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     if auto_threads_later:  # auto: once, now that the model's size is known (a small model gets one thread)
         apply_threads(cfg, sum(p.numel() for p in module.parameters()) if fabric.device.type == "cpu" else None)
     strategy = build_strategy(cfg.method, checked=True)
+    clients = -(-int(cfg.fl.clients_per_round) // fabric.world_size)
+    bound = functools.lru_cache(maxsize=1)(lambda: auto_cohort(  # the memory bound on K (a one-client probe)
+        strategy, module, fabric.device, clients, available_memory(fabric.device),
+        lambda: activation_bytes(module, data, fabric), "none"))
+    auto_settings.resolve(  # trainer.cohort / trainer.compile = auto: the saved values, or measured (cohort/auto.py)
+        cfg, OmegaConf.load(saved) if saved and os.path.exists(saved) else None, fabric.device, fabric.world_size,
+        bound, lambda k, mode: probe_seconds(cfg, fabric, data, k, mode),
+        lambda s: s * clients * int(cfg.fl.local_steps or 0) * int(cfg.fl.rounds) or None)
     cohort = cfg.trainer.cohort
-    if cohort == "auto":  # a GPU's free memory over what one client takes (a one-client probe), else 1
-        clients = -(-int(cfg.fl.clients_per_round) // fabric.world_size)
-        cohort, why = auto_cohort(strategy, module, fabric.device, clients, available_memory(fabric.device),
-                                  lambda: activation_bytes(module, data, fabric), str(cfg.trainer.compile))
-        if fabric.global_rank == 0:
-            log.info("trainer.cohort=auto -> %d: %s", cohort, why)
     check_cohort_memory(int(cohort), module, available_memory(fabric.device), strategy)
     rank, world = fabric.global_rank, fabric.world_size
     offload = cfg.store.offload_dir  # a str (the schema's type), even for a folder whose name reads as a number
@@ -278,6 +282,53 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     return FederatedLoop(fabric, module, data, strategy, config, run_dir, store=store,
                          checkpointer=checkpointer, recorder=recorder, compile_step=step_compiler(cfg, fabric.device),
                          cohort=int(cohort))
+
+
+def probe_seconds(cfg: DictConfig, fabric, data, k: int, mode: str) -> float:
+    """Seconds a client-step of this run at ``trainer.cohort=k trainer.compile=mode``: a throwaway copy of the run
+    (its own module, strategy and store, in a temporary folder, the data shared) trains a warm-up cohort (a graph's
+    capture), then one more is timed, :data:`~fl_lightning.cohort.auto.PROBE_STEPS` local steps each. The global
+    generators are as they were after it (the run is the one given the chosen values explicitly)."""
+    import copy
+    import gc
+    import tempfile
+
+    steps = auto_settings.PROBE_STEPS
+    probe = copy.deepcopy(cfg)
+    with open_dict(probe):
+        probe.trainer.cohort, probe.trainer.compile, probe.trainer.progress = int(k), str(mode), False
+        probe.fl.local_steps, probe.fl.local_epochs, probe.fl.lr_schedule, probe.fl.warmup_rounds = steps, None, \
+            "constant", 0
+    cuda = fabric.device.type == "cuda"
+    rng = torch.random.get_rng_state(), (torch.cuda.get_rng_state_all() if cuda else None)
+    quiet, level = logging.getLogger("fl_lightning"), logging.getLogger("fl_lightning").level
+    quiet.setLevel(logging.WARNING)
+    loop = None
+    try:
+        with tempfile.TemporaryDirectory(prefix="fl_probe_") as tmp:
+            loop = build(probe, tmp, fabric=fabric, checked=True, _data=data)
+            loop.setup()
+            received = {key: m.tensor for key, m in loop.strategy.broadcast(0).items()}
+            timed = max(2, k) if k == 1 else k
+            cids = [c % loop.n for c in range(k + timed)]
+            for _ in loop.train_clients(cids[:k], 0, received, 1.0):  # warm-up: lazy set-up, a graph's capture
+                pass
+            if cuda:
+                torch.cuda.synchronize(fabric.device)
+            start = auto_settings.timer()
+            for _ in loop.train_clients(cids[k:], 0, received, 1.0):
+                pass
+            if cuda:
+                torch.cuda.synchronize(fabric.device)
+            return (auto_settings.timer() - start) / (timed * steps)
+    finally:
+        quiet.setLevel(level)
+        del loop
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.set_rng_state_all(rng[1])
+        torch.random.set_rng_state(rng[0])
 
 
 def step_compiler(cfg: DictConfig, device: torch.device):

@@ -114,9 +114,10 @@ def auto_cohort(strategy, module: nn.Module, device: torch.device, clients: int,
     ``clients`` a process trains in a round whose per-client tensors (:func:`client_bytes`) and activations
     (``activation_bytes()``: a one-client forward and backward, measured) fit :data:`AUTO_FRACTION` of the free
     memory."""
+    from .auto import device_kind
     from .engine import check_cohort
 
-    if device.type != "cuda":
+    if device_kind(device) != "cuda":
         return 1, f"the sequential loop on {device.type} (a cohort is a GPU path)"
     try:
         check_cohort(strategy, module, 2, compiled)

@@ -115,13 +115,15 @@ class Trainer:
     threads: Annotated[IntOrWord, Range(1, 4096, words=("auto",))] = key(
         "auto", "torch CPU threads per process (auto: available CPUs / devices, or OMP_NUM_THREADS)", result=False)
     cohort: Annotated[IntOrWord, Range(1, 1 << 16, words=("auto",))] = key(
-        1, "clients trained at a time in one batched step (fl_lightning/cohort/: K clients' parameters stacked, "
+        "auto", "clients trained at a time in one batched step (fl_lightning/cohort/: K clients' parameters stacked, "
         "one forward and backward through torch.func.vmap; a GPU path: 1, the sequential loop, is as fast on a CPU; "
-        "auto: on a GPU the most clients that fit 80% of its free memory (a one-client probe), else 1)",
+        "auto: 1 off CUDA; on CUDA the fastest of 1, 2, 4, ... up to what fits 80% of its free memory, timed at the "
+        "start with trainer.compile (fl_lightning/cohort/auto.py) and kept in the saved config)",
         example="8", result=False)
-    compile: Annotated[str, OneOf("none", "step", "graphs")] = key(
-        "none", "the local step through torch.compile, compiled once per run for every client (step; graphs: the eager "
-        "step captured once as a CUDA graph and replayed, no compiler, CUDA only; none: eager)", result=False)
+    compile: Annotated[str, OneOf("auto", "none", "step", "graphs")] = key(
+        "auto", "the local step through torch.compile, compiled once per run for every client (step; graphs: the "
+        "eager step captured once as a CUDA graph and replayed, no compiler, CUDA only; none: eager; auto: none off "
+        "CUDA, on CUDA none or graphs, whichever a start-up probe times faster with trainer.cohort)", result=False)
     compile_backend: Annotated[str, OneOf("inductor", "aot_eager", "eager")] = key(
         "inductor", "torch.compile's backend for trainer.compile (aot_eager: no code generation, to debug)",
         result=False)

@@ -290,7 +290,8 @@ def test_auto_is_the_sequential_loop_off_cuda_and_what_fits_on_cuda(tmp_path, ca
 
     with caplog.at_level(logging.INFO, logger="fl_lightning"):
         loop = build_loop(["method=fedavg", "trainer.cohort=auto"], tmp_path / "cpu")
-    assert loop.cohort is None and "trainer.cohort=auto -> 1: the sequential loop on cpu" in caplog.text
+    assert loop.cohort is None and "trainer.cohort=auto trainer.compile=auto -> cohort=1 compile=none on cpu" in \
+        caplog.text
     cuda = torch.device("cuda")
     weights = sum(p.numel() * p.element_size() for p in loop.params.values())
     per_client = 2 * weights + 1000  # FedAvg's SGD: weights and gradients; the activations 1000 bytes

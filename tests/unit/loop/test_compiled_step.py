@@ -195,7 +195,7 @@ def test_compiled_step_on_cuda_equals_eager(mode, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
 
     over = ["method=fedavg", "fl.num_clients=6", "fl.clients_per_round=3", "fl.rounds=2", "fl.local_steps=3",
-            "trainer.progress=false", "trainer.accelerator=cuda", "checkpoint.every=100"]
+            "trainer.progress=false", "trainer.accelerator=cuda", "checkpoint.every=100", "trainer.cohort=1"]
     runs = {}
     for m in ("none", mode):
         loop = build_loop(over + [f"trainer.compile={m}"], tmp_path / m)

@@ -10,7 +10,7 @@ from fl_lightning.graphed_step import unsupported
 from tests.helpers.cli import build_loop
 
 BASE = ["fl.num_clients=6", "fl.clients_per_round=3", "fl.rounds=2", "fl.local_steps=6", "trainer.progress=false",
-        "checkpoint.every=100"]
+        "checkpoint.every=100", "trainer.cohort=1"]  # the GPU tests give trainer.compile
 
 
 def _reason(method: str, tmp_path, extra=()) -> str | None:

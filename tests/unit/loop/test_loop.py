@@ -83,6 +83,7 @@ def test_device_memory_independent_of_client_count_cuda(tmp_path):
         torch.cuda.reset_peak_memory_stats()
         loop = build_loop(["fl.num_clients=%d" % n, "fl.clients_per_round=4", "fl.rounds=%d" % (n // 2), "fl.local_steps=2",
                            "trainer.progress=false", "trainer.accelerator=cuda", "method.momentum=0.9",
+                           "trainer.cohort=1", "trainer.compile=none",
                            "method.parts.local_optimizer.state=persistent", "data.partition.min_size=1", "data.on_device=false"],
                           tmp_path / str(n))
         loop.run()

@@ -82,7 +82,8 @@ def test_augmentation_moves_its_randomness_in_one_non_blocking_copy(sync_calls):
 def test_no_synchronising_call_per_local_step_cuda(tmp_path, method):
     """From the second local step's forward to the last step's hooks, any synchronisation raises."""
     ov = [o for o in FAST if not o.startswith("trainer.accelerator")] + ["trainer.accelerator=cuda",
-                                                                         f"method={method}", "fl.local_steps=4"]
+                                                                         f"method={method}", "fl.local_steps=4",
+                                                                         "trainer.cohort=1", "trainer.compile=none"]
     loop = build_loop(ov, tmp_path / method)
     loop.run_round(0)
     received = {key: m.tensor for key, m in loop.strategy.broadcast(1).items()}
