@@ -309,7 +309,7 @@ def probe_seconds(cfg: DictConfig, fabric, data, k: int, mode: str) -> float:
             loop = build(probe, tmp, fabric=fabric, checked=True, _data=data)
             loop.setup()
             received = {key: m.tensor for key, m in loop.strategy.broadcast(0).items()}
-            timed = max(2, k) if k == 1 else k
+            timed = 2 if k == 1 else k  # clients timed: one cohort, or two one at a time
             cids = [c % loop.n for c in range(k + timed)]
             for _ in loop.train_clients(cids[:k], 0, received, 1.0):  # warm-up: lazy set-up, a graph's capture
                 pass
