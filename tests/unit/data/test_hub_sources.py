@@ -304,3 +304,25 @@ def test_one_download_per_node(tmp_path, monkeypatch):
     for w in workers:
         w.join()
     assert calls == ["org/w"] and len(got) == 4 and len(set(got)) == 1 and open(got[0]).read() == "weights"
+
+
+def test_download_switch_reaches_torchvision(tmp_path, monkeypatch):
+    """Without download=true a missing CIFAR-10 is a one-line miss and no socket is opened; with it torchvision is
+    asked to fetch (here the network is absent: one line too)."""
+    from fl_lightning.data.vision import cifar10
+
+    def refuse(*args, **kwargs):
+        raise OSError("network is unreachable")
+
+    monkeypatch.setattr(socket, "socket", refuse)
+    monkeypatch.setenv("FL_CACHE_DIR", str(tmp_path / "fl"))
+    monkeypatch.setenv("FL_DOWNLOAD", "0")
+    opened = []
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: opened.append(a) or refuse())
+    with pytest.raises(ConfigError, match="CIFAR10 not found under") as err:
+        cifar10(str(tmp_path / "data"))
+    assert "add download=true" in str(err.value) and not opened
+    monkeypatch.setenv("FL_DOWNLOAD", "1")
+    with pytest.raises(ConfigError, match="could not download CIFAR10") as err:
+        cifar10(str(tmp_path / "data"))
+    assert "\n" not in str(err.value) and opened
