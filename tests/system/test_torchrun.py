@@ -22,7 +22,11 @@ import pytest
 from tests.helpers.cli import FAST, ROOT, metric_rows, run_cli
 
 pytestmark = pytest.mark.slow
-SETTING = [*FAST[:4], "trainer.progress=false", "trainer.accelerator=cpu", "fl.clients_per_round=4"]
+# float64: the processes' float summation order then left the metrics equal under tests/helpers/golden.py's native,
+# aten_default and all_avx2 settings (docs/decisions.md, "Two-path comparisons on any CPU"), so TIGHT holds anywhere
+SETTING = [*FAST[:4], "trainer.progress=false", "trainer.accelerator=cpu", "fl.clients_per_round=4",
+           "trainer.precision=64-true"]
+TIGHT = 1e-12
 # rounds long enough (about a second each) to kill a worker in the middle of one
 LONG = [*SETTING, "fl.local_steps=300"]
 KEYS = ("train_loss", "test_loss", "test_acc", "uplink_bits", "downlink_bits")
@@ -71,12 +75,15 @@ def _run_all(procs: list[subprocess.Popen], run_dir, timeout: int = 300) -> list
         _kill(procs, run_dir)
 
 
+def _diff(a: list[dict], b: list[dict]) -> float:
+    """The largest relative difference of two runs' metrics (``KEYS``), round by round."""
+    assert [r["round"] for r in a] == [r["round"] for r in b]
+    return max(abs(float(rb[k]) - float(ra[k])) / max(abs(float(ra[k])), 1e-30) for ra, rb in zip(a, b) for k in KEYS)
+
+
 def _assert_same_metrics(ref, run) -> None:
     a, b = metric_rows(ref), metric_rows(run)
-    assert [r["round"] for r in a] == [r["round"] for r in b]
-    for ra, rb in zip(a, b):
-        for k in KEYS:
-            assert float(rb[k]) == pytest.approx(float(ra[k]), rel=1e-6, abs=1e-9), (k, ra, rb)
+    assert _diff(a, b) <= TIGHT, (a, b)
 
 
 @pytest.fixture(scope="module")
