@@ -133,7 +133,7 @@ def run(overrides: list[str], precision: str, device_name: str) -> dict:
     loop_s = time.perf_counter() - t0
     peak = peak_tflops(device, precision)
     achieved = flops * steps / loop_s / 1e12
-    return {"bare_loop_s": round(loop_s, 3), "steps": steps, "ms_per_step": round(1e3 * loop_s / steps, 3),
+    return {"bare_loop_s": round(loop_s, 3), "rounds": len(rounds), "steps": steps, "ms_per_step": round(1e3 * loop_s / steps, 3),
             "gflop_per_step": round(flops / 1e9, 3), "tflops": round(achieved, 3), "peak_tflops": peak,
             "roofline": round(achieved / peak, 5) if peak else None,
             "device": torch.cuda.get_device_name(device) if device.type == "cuda" else device.type}

@@ -1,32 +1,44 @@
-"""Training speed on one GPU through ``train.py``: wall time (interpreter start to exit) and loop time
-(``summary.json``'s ``wall_s``: the rounds, evaluation and checkpoints, without start-up) of a few workloads, each in
-fp32 (``32-true``) and ``bf16-mixed``, and the peak GPU memory the process used (``nvidia-smi`` sampled every 0.2 s).
+"""The papers' workloads on one GPU, each timed in one call as the sequential loop (bare and the framework), as
+several processes per GPU (pfl-research's and the seeds' Ray way: ``trainer.processes_per_device=4``), as a cohort of
+8 and as the automatic choice (``trainer.cohort=auto trainer.compile=auto``, the defaults): issue 61's one GPU script.
 
-* ``default``: the README's first command (FedAvg, the 53k-parameter CNN on the embedded digits, 40 rounds);
-* ``w1``: tools/bench.py's W1 on a fake CIFAR-10 (100 clients, 10 a round, 5 local epochs, the 879k-parameter FedAvg
-  CNN, 5 rounds);
-* ``vit``: FedMuon (seed 004's method) with ViT-Tiny (2.7 M parameters) on the fake CIFAR-10: 20 clients, 5 a round,
-  50 local steps of batch 64, 5 rounds;
-* ``w2``: pfl-research's benchmark scaled as in tools/bench_w2.py: 1,000 clients × 50 images (iid), 50 a round,
-  1 epoch of batch 10, the FedAvg CNN, 3 rounds.
+Workloads (the data fake where the real set is absent: random pixels of CIFAR's shapes, ``data.fake=true``, or
+tools/bench.py's fake CIFAR-10 files; a step's speed does not depend on the values):
 
-The fake CIFAR-10 is random pixels in torchvision's format (the speed of a step does not depend on the values).
-Each row also runs tools/bare_gpu.py's bare loop (the same model, local optimizer and step counts in plain PyTorch)
-once per workload and precision: ``ratio`` is the framework's rounds (``train_s``: loop start to the last round's
-end, without the final evaluation) over the bare loop's time, and ``roofline`` the fraction of the device's peak rate
-for that precision that the framework's local steps reach (FLOPs of one forward + backward × steps / ``train_s`` /
-peak; the optimizer's arithmetic is not counted).
+* ``default``: the README's first command (FedAvg, the 53k-parameter CNN on the embedded digits, 8 clients a round);
+* ``w2``: pfl-research's benchmark as tools/bench_w2.py scales it (1,000 clients × 50 images, 50 a round, batch 10,
+  the FedAvg CNN), over 10 rounds;
+* ``r18``: seed 004's Table 2 setting (``experiment=fedmuon_cifar100``: CIFAR-100, ResNet-18 with BatchNorm in its
+  blocks, 100 clients, 10 a round, 50 local steps of 50) as it is: a cohort refuses BatchNorm buffers, so K = 1;
+* ``r18gn``: the same with ``model.net.norm=gn`` (all GroupNorm), which runs as a cohort;
+* ``vit_soap``: seed 001's ViT FedPAC-SOAP (``experiment=fedpac_vit_tiny_cifar100 model=vit_cifar``, dropout 0.1,
+  10 clients a round).
 
-    python tools/bench_gpu.py                        # every workload, fp32 and bf16-mixed, on the GPU
-    python tools/bench_gpu.py --compile none step graphs --processes-per-device 1 4 --only w2
-    python tools/bench_gpu.py --only default --accelerator cpu    # the same runs on the CPU
-    python tools/bench_gpu.py --only vit --tree /tmp/before --no-bare  # an earlier commit's train.py, same machine
+Settings (``--settings``): ``bare`` (tools/bare_gpu.py's plain PyTorch loop: the same model, optimizer and steps),
+``seq`` (``trainer.cohort=1 trainer.compile=none``: the sequential eager loop), ``ppd4``
+(``trainer.processes_per_device=4``, sequential in each), ``k8`` (``trainer.cohort=8 trainer.compile=none``, where
+the workload can run batched) and ``auto`` (the defaults: the start-up probe's choice, its line kept in the row).
+
+Each row: ``train_s`` (summary.json: the first round's start to the last round's end, so start-up, the probe and the
+final evaluation are out), rounds per second, the ratio to ``seq`` and, for the paper's table, the GPU-hours it
+projects: the experiment's grid (the product of its sweeper's values: methods × partitions × seeds) × its
+``fl.rounds`` / rounds per second (the timed method's speed for every method of the grid). Every stage's whole
+stderr and its train.log (the probe's line is there) are kept in one file, ``<out>/stages.log`` (``--out``, default
+``$OUT``: three files in all, as a lent GPU machine returns at most eight), the rows in ``<out>/rows.jsonl`` and the
+table in ``<out>/table.md``. ``--budget-s`` stops starting stages once spent (the
+device time is fixed); each stage has its own timeout.
+
+    python tools/bench_gpu.py                                  # every workload and setting on the GPU (~6 min)
+    python tools/bench_gpu.py --only r18gn vit_soap --settings seq auto
+    python tools/bench_gpu.py --smoke                          # tiny sizes on the CPU: the script itself works
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,31 +48,64 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
 
-from bench import overrides, write_fake_cifar10  # noqa: E402
+from bench import write_fake_cifar10  # noqa: E402
 from bench_w2 import overrides as w2_overrides  # noqa: E402
+
+SETTINGS = ("seq", "auto", "k8", "ppd4", "bare")  # in the order run (a spent budget cuts the last)
+PINNED = {"seq": ["trainer.cohort=1", "trainer.compile=none"],
+          "ppd4": ["trainer.cohort=1", "trainer.compile=none", "trainer.processes_per_device=4"],
+          "k8": ["trainer.cohort=8", "trainer.compile=none"], "auto": []}
+# the workloads a cohort cannot run (BatchNorm buffers): no k8 row
+NO_COHORT = {"r18"}
+# each workload's experiment (its grid and rounds make the paper projection), and its timed rounds
+EXPERIMENT = {"r18": "fedmuon_cifar100", "r18gn": "fedmuon_cifar100", "vit_soap": "fedpac_vit_tiny_cifar100"}
+SMOKE = ["fl.rounds=1", "fl.local_steps=2", "fl.local_epochs=null", "data.batch_size=4", "fl.num_clients=16",
+         "fl.clients_per_round=8", "fl.eval_every=100", "checkpoint.every=100"]
+SMOKE_MODEL = {"r18": ["model.net.width=4"], "r18gn": ["model.net.width=4"],  # the evaluation of 10,000 fake images
+               "vit_soap": ["model.net.dim=16", "model.net.depth=2", "model.net.heads=2", "model.net.dim_head=8",
+                            "model.net.mlp_dim=16"]}
 
 
 def workloads(data: str) -> dict[str, list[str]]:
-    w1 = [o for o in overrides(data, 1) if not o.startswith(("trainer.accelerator", "trainer.threads"))]
-    return {
+    """Each workload's train.py overrides (``data``: the fake CIFAR-10 folder, for W2)."""
+    w2 = [o for o in w2_overrides(data, 10) if not o.startswith(("trainer.accelerator", "trainer.threads",
+                                                                  "trainer.progress"))]
+    r18 = ["experiment=fedmuon_cifar100", "data.fake=true", "fl.rounds=2", "fl.eval_every=100"]
+    return {  # in the order run: the targets' workloads first
         "default": [],
-        "w1": w1,
-        "vit": ["data=cifar10", f"data.root={data}", "data.augment=false", "model=vit_tiny", "method=fedmuon",
-                "fl.num_clients=20", "fl.clients_per_round=5", "fl.local_steps=50", "data.batch_size=64",
-                "fl.rounds=5", "fl.eval_every=5"],
-        "w2": [o for o in w2_overrides(data, 3) if not o.startswith(("trainer.accelerator", "trainer.threads",
-                                                                      "trainer.progress"))],
+        "w2": w2,
+        "r18gn": r18 + ["model.net.norm=gn"],
+        "r18": r18,
+        "vit_soap": ["experiment=fedpac_vit_tiny_cifar100", "model=vit_cifar", "data.fake=true", "fl.rounds=1",
+                     "fl.eval_every=100"],
     }
 
 
+def paper_runs(workload: str, timed_rounds: int) -> tuple[int, int, str]:
+    """(runs, rounds each, where from) of the paper's table for ``workload``: its experiment's sweep grid × its
+    ``fl.rounds``; a workload without one: one run of the rounds timed."""
+    from omegaconf import OmegaConf
+
+    name = EXPERIMENT.get(workload)
+    if name is None:
+        return 1, timed_rounds, "one run"
+    cfg = OmegaConf.load(os.path.join(ROOT, "conf", "experiment", f"{name}.yaml"))
+    params = OmegaConf.select(cfg, "hydra.sweeper.params", default={}) or {}
+    runs = 1
+    for v in params.values():
+        runs *= len(str(v).split(","))
+    return runs, int(cfg.fl.rounds), f"experiment={name}: {runs} runs x {int(cfg.fl.rounds)} rounds"
+
+
 class PeakMemory(threading.Thread):
-    """The most GPU memory in use (MiB, all processes: the run is the only one) while the run lasts."""
+    """The most GPU memory in use (MiB, all processes) while a stage lasts (``nvidia-smi`` every 0.2 s)."""
 
     def __init__(self):
         super().__init__(daemon=True)
         self.peak, self.base, self._halt = 0, None, threading.Event()
 
-    def read(self) -> int | None:
+    @staticmethod
+    def read() -> int | None:
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                                  capture_output=True, text=True, timeout=10).stdout
@@ -82,76 +127,147 @@ class PeakMemory(threading.Thread):
         return None if self.base is None else self.peak - self.base
 
 
-def timed(args: list[str], run_dir: str, gpu: bool, tree: str = ROOT) -> dict:
+def keep(out: str, title: str, path: str) -> None:
+    """``path``'s whole text appended to ``<out>/stages.log`` under ``title``."""
+    if os.path.exists(path):
+        with open(os.path.join(out, "stages.log"), "a") as f, open(path, errors="replace") as src:
+            f.write(f"\n===== {title}\n")
+            shutil.copyfileobj(src, f)
+
+
+def run_stage(cmd: list[str], cwd: str, stderr_path: str, timeout: float, gpu: bool) -> tuple[int, float, str, int | None]:
+    """Run one stage: ``(exit code, seconds, stdout, peak MiB)``, its whole stderr written to ``stderr_path``."""
     mem = PeakMemory() if gpu else None
     if mem:
         mem.start()
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "train.py", *args, "trainer.progress=false", f"hydra.run.dir={run_dir}"],
-                       cwd=tree, capture_output=True, text=True)
-    wall = time.perf_counter() - t
-    peak = mem.stop() if mem else None
-    if p.returncode != 0:  # the whole stderr beside the run; in the row, the error's own lines, not Dynamo's advice
-        os.makedirs(run_dir, exist_ok=True)
-        with open(os.path.join(run_dir, "stderr.txt"), "w") as f:
-            f.write(p.stderr)
-        lines = [x for x in p.stderr.strip().splitlines() if x.strip() and "TORCHDYNAMO_VERBOSE" not in x
-                 and "TORCH_LOGS" not in x]
-        return {"error": " | ".join(lines[-6:]) if lines else f"exit {p.returncode}"}
+    with open(stderr_path, "w") as err:
+        try:
+            p = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout)
+            code, out = p.returncode, p.stdout
+        except subprocess.TimeoutExpired as stop:
+            code, out = 124, (stop.stdout or b"").decode() if isinstance(stop.stdout, bytes) else (stop.stdout or "")
+            err.write(f"\n[bench_gpu] stopped after the stage's {timeout:.0f} s\n")
+    return code, time.perf_counter() - t, out, (mem.stop() if mem else None)
+
+
+def last_lines(path: str, n: int = 4) -> str:
+    lines = [x for x in open(path).read().strip().splitlines() if x.strip() and "TORCHDYNAMO_VERBOSE" not in x]
+    return " | ".join(lines[-n:])
+
+
+def framework(name: str, setting: str, args: list[str], a, out: str, gpu: bool) -> dict:
+    run_dir = os.path.join(a.work, f"{name}-{setting}")
+    err = os.path.join(a.work, f"{name}-{setting}.stderr.txt")
+    cmd = [sys.executable, "train.py", *args, *PINNED[setting], f"trainer.accelerator={a.accelerator}",
+           "trainer.progress=false", "overwrite=true", f"hydra.run.dir={run_dir}"]
+    code, wall, _, peak = run_stage(cmd, a.tree, err, a.stage_timeout, gpu)
+    keep(out, f"{name} {setting}: stderr (exit {code}): {' '.join(cmd[1:])}", err)
+    log = os.path.join(run_dir, "train.log")
+    keep(out, f"{name} {setting}: train.log", log)
+    row: dict = {"wall_s": round(wall, 1), "peak_mib": peak}
+    if code != 0:
+        return {**row, "error": f"exit {code}: {last_lines(err)}"}
     with open(os.path.join(run_dir, "summary.json")) as f:
         s = json.load(f)
-    train = s["round_end_unix"][-1] - s["loop_start_unix"]  # the rounds without the evaluation after the last one
-    return {"wall_s": round(wall, 1), "loop_s": s["wall_s"], "train_s": round(train, 3), "final": s["final"],
-            "peak_mib": peak, "compiled": s.get("compile")}
+    rounds = len(s["round_end_unix"])
+    train = s["round_end_unix"][-1] - s["loop_start_unix"]
+    row.update(train_s=round(train, 3), rounds=rounds, rounds_per_s=round(rounds / train, 4), compile=s.get("compile"))
+    if setting == "auto":  # the probe's line (or the resolution's) as the run said it
+        said = [x.split("[INFO] - ", 1)[-1] for x in (open(log).read().splitlines() if os.path.exists(log) else [])
+                if "trainer.compile=auto ->" in x or "trainer.cohort/compile=auto" in x]
+        row["auto"] = said[-1] if said else None
+    return row
 
 
-def bare(name: str, data: str, precision: str, device: str, extra: list[str]) -> dict:
-    """tools/bare_gpu.py's bare loop for this workload, in its own process: its JSON line."""
-    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "bare_gpu.py"), name, f"--precision={precision}",
-                        f"--device={device}", f"--data={data}", "--set", *extra], cwd=ROOT, capture_output=True, text=True)
-    line = next((x for x in p.stdout.splitlines() if x.startswith("{")), None)
-    return json.loads(line) if line else {"error": (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]}
+def bare(name: str, args: list[str], a, out: str, gpu: bool, precision: str) -> dict:
+    err = os.path.join(a.work, f"{name}-bare.stderr.txt")
+    cmd = [sys.executable, os.path.join(ROOT, "tools", "bare_gpu.py"), name, f"--precision={precision}",
+           f"--device={'cuda' if gpu else 'cpu'}", f"--data={a.data}", "--set", *args]
+    code, wall, stdout, peak = run_stage(cmd, ROOT, err, a.stage_timeout, gpu)
+    keep(out, f"{name} bare: stderr (exit {code}), stdout {stdout.strip()[-300:]}", err)
+    line = next((x for x in stdout.splitlines() if x.startswith("{")), None)
+    if code != 0 or line is None:
+        return {"wall_s": round(wall, 1), "error": f"exit {code}: {last_lines(err)}"}
+    ref = json.loads(line)
+    rounds = int(ref.get("rounds") or 0)
+    return {"wall_s": round(wall, 1), "train_s": ref["bare_loop_s"], "rounds": rounds,
+            "rounds_per_s": round(rounds / ref["bare_loop_s"], 4) if rounds else None, "ms_per_step": ref["ms_per_step"],
+            "steps": ref["steps"], "peak_mib": peak}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--only", nargs="*", default=None)
+def table(rows: list[dict]) -> str:
+    """The markdown table of the rows: rounds per second, the ratio to the sequential framework, GPU-hours."""
+    head = ("| workload | setting | train s | rounds/s | x seq | paper GPU-h | probe / auto | error |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines = [head]
+    seq = {r["workload"]: r.get("rounds_per_s") for r in rows if r["setting"] == "seq"}
+    for r in rows:
+        rps, base = r.get("rounds_per_s"), seq.get(r["workload"])
+        ratio = f"{rps / base:.2f}" if rps and base else ""
+        hours = f"{r['paper_gpu_h']:.1f}" if r.get("paper_gpu_h") is not None else ""
+        lines.append(f"| {r['workload']} | {r['setting']} | {r.get('train_s', '')} | {rps or ''} | {ratio} | {hours} | "
+                     f"{(r.get('auto') or '')[:140]} | {(r.get('error') or '')[:160]} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None, help="workloads, in this order (default: all)")
+    ap.add_argument("--settings", nargs="*", default=list(SETTINGS), choices=SETTINGS)
     ap.add_argument("--accelerator", default="gpu")
-    ap.add_argument("--precision", nargs="*", default=["32-true", "bf16-mixed"])
-    ap.add_argument("--compile", nargs="*", default=["none"], help="trainer.compile values to run (none step graphs)")
-    ap.add_argument("--processes-per-device", nargs="*", type=int, default=[1], help="trainer.processes_per_device values")
-    ap.add_argument("--no-bare", action="store_true", help="skip the bare reference")
-    ap.add_argument("--set", nargs="*", default=[], help="overrides added to every run (e.g. fl.rounds=1)")
+    ap.add_argument("--precision", default="32-true", choices=["32-true", "bf16-mixed"])
+    ap.add_argument("--set", nargs="*", default=[], help="overrides added to every stage (e.g. fl.rounds=1)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU (the script works; figures mean "
+                    "nothing; a budget of 1500 s at least)")
+    ap.add_argument("--budget-s", type=float, default=330.0, help="start no stage after this many seconds")
+    ap.add_argument("--stage-timeout", type=float, default=150.0, help="seconds one stage may take")
     ap.add_argument("--work", default=os.path.join(tempfile.gettempdir(), "fl_bench_gpu"))
-    ap.add_argument("--tree", default=ROOT, help="the source tree whose train.py runs (e.g. an earlier commit's, "
-                    "`git archive REV | tar -x -C DIR`): before/after on one machine")
-    a = ap.parse_args()
-    data = os.path.join(a.work, "data")
-    write_fake_cifar10(data)
+    ap.add_argument("--out", default=os.environ.get("OUT") or None, help="where the rows, table and stderr go")
+    ap.add_argument("--tree", default=ROOT, help="the source tree whose train.py runs (an earlier commit's, for "
+                    "before/after on one machine)")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.accelerator, a.set, a.budget_s = "cpu", SMOKE + list(a.set), max(a.budget_s, 1500.0)
+        PINNED["ppd4"] = [o.replace("processes_per_device=4", "processes_per_device=2") for o in PINNED["ppd4"]]
+    out = a.out or os.path.join(a.work, "out")
+    os.makedirs(out, exist_ok=True)
+    os.makedirs(a.work, exist_ok=True)
+    open(os.path.join(out, "stages.log"), "w").close()
+    a.data = os.path.join(a.work, "data")
+    write_fake_cifar10(a.data, *((2000, 400) if a.smoke else ()))
     gpu = a.accelerator in ("gpu", "cuda")
-    loads = workloads(data)
-    for name in a.only or loads:  # in the order given
-        args = loads[name] + list(a.set)
-        for prec in a.precision:
-            ref = {} if a.no_bare else bare(name, data, prec, "cuda" if gpu else "cpu", list(a.set))
-            if ref:
-                print(json.dumps({"workload": name, "precision": prec, "bare": ref}), flush=True)
-            tag = "" if os.path.abspath(a.tree) == ROOT else "-" + os.path.basename(os.path.abspath(a.tree))
-            for comp in a.compile:
-                for ppd in a.processes_per_device:
-                    run_dir = os.path.join(a.work, f"{name}-{prec}-{comp}-{ppd}{tag}")
-                    r = timed([*args, f"trainer.accelerator={a.accelerator}", f"trainer.precision={prec}",
-                               f"trainer.compile={comp}", f"trainer.processes_per_device={ppd}", "overwrite=true"],
-                              run_dir, gpu, a.tree)
-                    if "train_s" in r and "bare_loop_s" in ref:  # rounds only: the bare loop evaluates nothing
-                        r["ratio"] = round(r["train_s"] / ref["bare_loop_s"], 3)
-                        r["ms_per_step"] = round(1e3 * r["train_s"] / ref["steps"], 3)
-                        if ref.get("peak_tflops"):
-                            flops = ref["gflop_per_step"] * 1e9 * ref["steps"]
-                            r["roofline"] = round(flops / r["train_s"] / (ref["peak_tflops"] * 1e12), 5)
-                    print(json.dumps({"workload": name, "tree": a.tree, "precision": prec, "accelerator": a.accelerator,
-                                      "compile": comp, "processes_per_device": ppd, **r}), flush=True)
+    loads = workloads(a.data)
+    start, rows = time.perf_counter(), []
+    with open(os.path.join(out, "rows.jsonl"), "w") as jl:
+        for name, setting in itertools.product(a.only or list(loads), a.settings):
+            if setting == "k8" and name in NO_COHORT:
+                continue
+            row = {"workload": name, "setting": setting, "precision": a.precision, "accelerator": a.accelerator}
+            if time.perf_counter() - start > a.budget_s:
+                row["error"] = f"not run: the {a.budget_s:.0f} s budget was spent"
+            else:
+                args = loads[name] + [f"trainer.precision={a.precision}"] + list(a.set) + (
+                    SMOKE_MODEL.get(name, []) if a.smoke else [])
+                if setting == "bare":
+                    row.update(bare(name, [x for x in args if not x.startswith("trainer.")], a, out, gpu, a.precision))
+                else:
+                    row.update(framework(name, setting, args, a, out, gpu))
+            if row.get("rounds_per_s"):
+                runs, rounds, where = paper_runs(name, int(row.get("rounds") or 0))
+                row.update(paper=where, paper_gpu_h=round(runs * rounds / row["rounds_per_s"] / 3600, 2))
+            rows.append(row)
+            jl.write(json.dumps(row) + "\n")
+            jl.flush()
+            print(json.dumps(row), flush=True)
+    text = table(rows)
+    with open(os.path.join(out, "table.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    print(f"[bench_gpu] {time.perf_counter() - start:.0f} s; rows.jsonl, table.md and stages.log (every stage's "
+          f"stderr and log) in {out}", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
