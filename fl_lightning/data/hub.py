@@ -104,8 +104,9 @@ def fetch_command(repo: str, repo_type: str = "model", files: tuple[str, ...] = 
 
 
 def missing(key: str, repo: str, repo_type: str, what: str, files: tuple[str, ...] = ()) -> ConfigError:
-    return ConfigError(key, f"{what} {repo} is not in the Hugging Face cache (looked in {repo_folder(repo, repo_type)})",
-                       fetch_command(repo, repo_type, files))
+    local = " nor a local file or folder" if repo_type == "model" else ""  # weights/t5-base may have meant a folder
+    return ConfigError(key, f"{what} {repo} is not in the Hugging Face cache (looked in {repo_folder(repo, repo_type)})"
+                       f"{local}", fetch_command(repo, repo_type, files))
 
 
 def _locked(repo: str, repo_type: str):
