@@ -326,3 +326,18 @@ def test_download_switch_reaches_torchvision(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="could not download CIFAR10") as err:
         cifar10(str(tmp_path / "data"))
     assert "\n" not in str(err.value) and opened
+
+
+def test_an_old_glue_run_resumes_as_tsv_through_the_resume_check(tmp_path):
+    """``run_dir.resume_config`` on a run directory whose saved config predates ``data.source``: accepted (no
+    difference in a result key), and the run continues reading TSV files."""
+    from omegaconf import OmegaConf, open_dict
+
+    from fl_lightning.run_dir import resume_config
+
+    old = make_cfg(["experiment=glue_lora", "data.source=tsv"])
+    with open_dict(old.data):
+        del old.data["source"]
+    OmegaConf.save(old, tmp_path / "config.yaml")
+    now = resume_config(make_cfg(["experiment=glue_lora"]), str(tmp_path), force=False)
+    assert now.data.source == "tsv"
