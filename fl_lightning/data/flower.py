@@ -10,7 +10,9 @@ list. Filled in here, never from the config: ``num_partitions = fl.num_clients``
 (``group`` for NaturalId / GroupedNaturalId; may be given), and ``seed`` = a number drawn from the run's partition
 stream (``default_rng([seed, 0x9A27])``). Partitioners that take no seed (Iid, Linear, Exponential, Size, Square)
 get the rows shuffled by that stream first; NaturalId's split does not depend on the seed. An unknown class or an
-argument the class does not take is one line naming the key and the closest name.
+argument the class does not take is one line naming the key and the closest name, refused with the config's other
+checks before anything is built. The arguments a config can give are the scalar and list ones (:data:`OPTIONS`);
+``DistributionPartitioner``'s array and ``IdToSizeFncPartitioner``'s function are not expressible in a config.
 """
 from __future__ import annotations
 
@@ -169,7 +171,8 @@ def flower(labels: np.ndarray, num_clients: int | None, rng: np.random.Generator
                                                              "remove it and set fl.num_clients")] = None,
            seed: Annotated[Optional[int], Validate(_unset_seed, "is drawn from the run's seed, not set here",
                                                    "remove it and set the top-level seed")] = None) -> list[np.ndarray]:
-    """The client index lists of the Flower partitioner ``partitioner`` with ``options`` (see the module docstring)."""
+    """The client index lists of the Flower partitioner ``partitioner`` with the arguments given (not null; see the
+    module docstring)."""
     if not _known(partitioner):
         raise ConfigError("partitioner", _unknown(partitioner), _unknown_fix(partitioner))
     cls = classes()[partitioner]
