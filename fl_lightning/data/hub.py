@@ -28,6 +28,8 @@ log = logging.getLogger("fl_lightning")
 ENV = "FL_DOWNLOAD"  # "1": this run fetches what is missing (set by configure; read by every process of the run)
 ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _warned: set[str] = set()
+# the reader a dataset used before data.source existed (hashed as absent: ARGUMENT_HASH_RULES in config/schema.py)
+LEGACY_SOURCE = {"fl_lightning.data.glue.glue": "tsv", "fl_lightning.data.c4.c4": "files"}
 
 
 def configure(download: bool) -> None:
@@ -190,7 +192,7 @@ def inherit_source(cfg, saved) -> bool:
     ``files``), the way ``ns_dtype: auto`` inherits a resumed run's precision. Returns whether it changed ``cfg``."""
     from omegaconf import open_dict
 
-    data, old = cfg.get("data"), (saved or {}).get("data") if saved is not None else None
+    data, old = cfg.get("data"), saved.get("data") if saved is not None else None
     if data is None or old is None or "source" not in data or "source" in old:
         return False
     legacy = LEGACY_SOURCE.get(str(data.get("_target_")))
@@ -200,6 +202,3 @@ def inherit_source(cfg, saved) -> bool:
         data.source = legacy
     return True
 
-
-# the reader a dataset used before data.source existed (hashed as absent: ARGUMENT_HASH_RULES in config/schema.py)
-LEGACY_SOURCE = {"fl_lightning.data.glue.glue": "tsv", "fl_lightning.data.c4.c4": "files"}
