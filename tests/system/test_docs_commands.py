@@ -57,7 +57,7 @@ SKIP = {
     "searchpath": "needs the page's own files (my_conf/, mymodels.py) that a reader writes first",
     "download": "downloads from the Hub (tests reach no network); the line without download=true runs",
     "fednova": "runs in tests/system/test_extension_example.py (the same command, shrunk, and its resume)",
-    "measurement": "a measurement of minutes (docs/benchmarks.md); its --help is tested",
+    "measurement": "a measurement, or every method re-run (minutes; docs/benchmarks.md); its --help is tested",
 }
 
 
@@ -128,23 +128,39 @@ def _parser():
     return OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())
 
 
-def jobs(multirun: bool, args: list[str]) -> list[list[str]]:
+def sweep_params(args: list[str]) -> list[str]:
+    """The ``hydra.sweeper.params`` of the line's experiment as ``key=value`` overrides, read from its yaml and its
+    parents' (the experiments in its defaults list, merged as Hydra merges them): a moment, where composing takes
+    0.1 s a line. ``test_every_job_of_a_sweep_composes_and_checks`` compares it with Hydra's composed config."""
+    from omegaconf import OmegaConf
+
+    name = next((a.partition("=")[2] for a in args if key_of(a) == "experiment"), None)
+    if not name:
+        return []
+
+    def node(n):
+        path = os.path.join(CONF, "experiment", f"{n}.yaml")
+        own = OmegaConf.load(path)
+        parents = [d for d in (own.get("defaults") or []) if isinstance(d, str) and d != "_self_"]
+        base = os.path.dirname(n)
+        merged = OmegaConf.merge(*[node(os.path.join(base, p) if base else p) for p in parents],
+                                 OmegaConf.create({"p": OmegaConf.select(own, "hydra.sweeper.params") or {}}))
+        return merged
+
+    params = node(name.split(",")[0]).p
+    return [f"{k}={v}" for k, v in params.items()]
+
+
+def jobs(multirun: bool, args: list[str], params: list[str] | None = None) -> list[list[str]]:
     """The jobs Hydra's basic sweeper launches for ``args`` (with the experiment's ``hydra.sweeper.params`` first, the
     command line's on top, product in key order; glob/range expanded); an interval (the Optuna sweeper) counts as
     its two ends. A single run: one job."""
     if not multirun:
         return [list(args)]
-    from hydra import compose, initialize_config_dir
+    from hydra import initialize_config_dir
 
-    from fl_lightning.config.schema import register
-
-    register()
-    first = [a if "," not in a.partition("=")[2] or a.partition("=")[2].startswith("[") else
-             f"{key_of(a)}={a.partition('=')[2].split(',')[0]}" for a in args]
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[a for a in first if "(" not in a], return_hydra_config=True)
-        params = [f"{k}={v}" for k, v in (cfg.hydra.sweeper.get("params") or {}).items()]
-        parsed = _parser().parse_overrides(params + list(args))
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):  # glob(*) lists a group's configs
+        parsed = _parser().parse_overrides((sweep_params(args) if params is None else params) + list(args))
     by_key: OrderedDict[str, list[str]] = OrderedDict()
     for ov in parsed:
         key = ov.get_key_element()
@@ -156,6 +172,20 @@ def jobs(multirun: bool, args: list[str]) -> list[list[str]]:
         else:
             by_key[key] = [f"{key}={ov.get_value_element_as_str()}"]
     return [list(j) for j in itertools.product(*by_key.values())]
+
+
+def composed_params(args: list[str]) -> list[str]:
+    """What Hydra composes for ``hydra.sweeper.params`` (the line's first values)."""
+    from hydra import compose, initialize_config_dir
+
+    from fl_lightning.config.schema import register
+
+    register()
+    first = [a if "," not in a.partition("=")[2] or a.partition("=")[2].startswith("[") else
+             f"{key_of(a)}={a.partition('=')[2].split(',')[0]}" for a in args]
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[a for a in first if "(" not in a], return_hydra_config=True)
+    return [f"{k}={v}" for k, v in (cfg.hydra.sweeper.get("params") or {}).items()]
 
 
 def checked_config(argv: list[str], run_dir):
@@ -242,7 +272,22 @@ def with_env(cmd: Command, monkeypatch):
         monkeypatch.syspath_prepend(os.path.join(ROOT, env["PYTHONPATH"]))
 
 
-@pytest.mark.parametrize("cmd", TRAIN, ids=ids(TRAIN))
+def distinct(cmds: list[Command]) -> list[Command]:
+    """One line per distinct command (the same overrides in another order, output folder or launcher, is one)."""
+    seen, out = set(), []
+    for c in cmds:
+        multirun, args = train_args(c)
+        key = (multirun, frozenset(c.argv()[0].items()), frozenset(a for a in args if key_of(a) not in OUTPUT_KEYS))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+DISTINCT = distinct(TRAIN)
+
+
+@pytest.mark.parametrize("cmd", DISTINCT, ids=ids(DISTINCT))
 def test_train_line_composes_and_every_swept_value_checks(cmd, tmp_path, monkeypatch, at_root):
     """The line's first job composes and passes ``train.py``'s checks; every value the sweep gives a plain key is
     applied to it and checked (:func:`diagonal`; each combination of group choices is the slow test's)."""
@@ -285,25 +330,15 @@ def test_the_collector_finds_the_documented_commands():
     assert len(train) >= 150, len(train)
     assert sum("-m" in c.argv()[1] for c in train) >= 90
     where = {c.where for c in COMMANDS}
-    assert {"README.md:69", "docs/results/first_order.md:5", "docs/results/first_order.md:6",
-            "docs/reproduction.md:61", "docs/usage.md:163"} <= where, sorted(where)[:20]
-    assert len(REPORT) >= 17
+    assert {"docs/results/first_order.md:5", "docs/results/first_order.md:6"} <= where  # indented
+    assert any(c.path == "README.md" and "data.fake=true" in c.text for c in COMMANDS)  # fenced
+    assert any(c.path == "docs/reproduction.md" and "experiment=fedpac_cifar100 " in c.text for c in COMMANDS)  # inline
+    assert any(c.output and c.path == "docs/usage.md" for c in COMMANDS)  # a console block's output
+    assert len(REPORT) >= 17 and len(DISTINCT) < len(TRAIN)
 
 
 # ---------------------------------------------------------------------------------------------- slow: every job
-def distinct_sweeps() -> list[Command]:
-    """The ``-m`` lines, one per distinct sweep (the same overrides in another order, or another launcher, is one)."""
-    seen, out = set(), []
-    for c in TRAIN:
-        multirun, args = train_args(c)
-        key = frozenset(a for a in args if key_of(a) not in OUTPUT_KEYS)
-        if multirun and key not in seen:
-            seen.add(key)
-            out.append(c)
-    return out
-
-
-SWEEPS = distinct_sweeps()
+SWEEPS = [c for c in DISTINCT if train_args(c)[0]]
 
 
 @pytest.mark.slow
@@ -312,8 +347,10 @@ def test_every_job_of_a_sweep_composes_and_checks(cmd, tmp_path, monkeypatch, at
     """Each job's combination of group choices (method, arm, model, data, partition, ...) composed and checked as
     ``train.py`` does; its swept values are the fast test's (each on its own)."""
     with_env(cmd, monkeypatch)
+    multirun, args = train_args(cmd)
+    assert sweep_params(args) == composed_params(args), "the yaml reader of the sweep's params is not Hydra's"
     seen = set()
-    for job in jobs(*train_args(cmd)):
+    for job in jobs(multirun, args):
         groups = tuple(o for o in job if key_of(o) in GROUP_KEYS or "/" in key_of(o))
         if groups not in seen:
             seen.add(groups)
@@ -588,7 +625,7 @@ def test_every_report_line_writes_its_files(cmd, tmp_path):
     else:
         written = [out / "report.md", out / "report.csv"]
     for f in written:
-        assert f.exists() and f.stat().st_size > 0, (argv, p.stdout[-2000:], sorted(os.listdir(f.parent)))
+        assert f.exists() and f.stat().st_size > 0, (argv, p.stdout[-2000:], f.parent.exists() and sorted(os.listdir(f.parent)))
 
 
 @pytest.mark.parametrize("cmd", SKIPPED, ids=ids(SKIPPED))
