@@ -328,3 +328,42 @@ def test_a_cohorts_memory_counts_soaps_factors_per_client():
     assert client_bytes(with_scaffold, module) == 4 * (floats + 3 * params)
     sgd = Strategy("sgd", {"opt": LocalOptimizer(functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9))})
     assert client_bytes(sgd, module) == 4 * 3 * params  # weights, gradients, the momentum buffer
+
+
+@pytest.mark.parametrize("method,extra", [("scaffold", ["method.momentum=0.9"]), ("local_adamw", []),
+                                          ("fedmuon", NS64)])
+def test_a_finished_clients_rows_stay_bit_for_bit(method, extra, tmp_path, monkeypatch):
+    """The row mask of the eager cohort (the groundwork for one shape a run): at every step a client no longer takes
+    (its steps are done), its rows of the stacked weights, of the optimizer's state and of the parts' round state
+    are exactly what they were before the step."""
+    from fl_lightning.cohort.engine import Cohort
+
+    def rows(ctx, optimizer, i):
+        out = [t[i].detach().clone() for t in ctx.params.values()]
+        for st in optimizer.state.values():
+            out += [v[i].clone() for v in st.values() if isinstance(v, torch.Tensor) and v.dim() > 0
+                    and v.shape[0] == len(ctx.clients)]
+        for state in ctx._states.values():
+            for v in vars(state).values():
+                for t in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else [v]):
+                    if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] == len(ctx.clients):
+                        out.append(t[i].clone())
+        return out
+
+    real, checked = Cohort._step, []
+
+    def step(self, ctx, optimizer, *args, **kw):
+        done = [i for i, a in enumerate(ctx.active.tolist()) if not a]
+        before = {i: rows(ctx, optimizer, i) for i in done}
+        loss = real(self, ctx, optimizer, *args, **kw)
+        for i, old in before.items():
+            new = rows(ctx, optimizer, i)
+            assert len(new) == len(old) and all(torch.equal(a, b) for a, b in zip(old, new)), (ctx.step, i)
+            checked.append(len(old))
+        return loss
+    monkeypatch.setattr(Cohort, "_step", step)
+    loop = build_loop([f"method={method}", *SETTING, *extra, "trainer.cohort=4", "fl.rounds=2"], tmp_path)
+    for r in range(2):
+        loop.run_round(r)
+    n_params = len(loop.params)
+    assert checked and max(checked) > n_params  # finished rows were checked, optimizer or part state among them
