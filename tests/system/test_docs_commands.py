@@ -421,7 +421,7 @@ PLAN = run_plan()[0]
 
 
 ABSENT_SEEN: set[str] = set()  # the data sets whose as-written line this process ran
-RUN_SEEN: dict[tuple, str] = {}  # the wirings this process ran -> the line
+RUN_SEEN: dict[tuple, str] = {}  # (a method's parts, a model or data set) this process ran -> the line
 
 
 def wiring(cfg, own: list[str]) -> tuple:
@@ -440,8 +440,9 @@ def wiring(cfg, own: list[str]) -> tuple:
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd", PLAN, ids=ids(PLAN))
 def test_each_distinct_experiment_runs_shrunk(cmd, files, tmp_path, monkeypatch, at_root):
-    """The line's first job, shrunk (one round, tiny widths, tiny files in the real formats), ends its run; a line
-    whose :func:`wiring` is one run already (here, or by test_experiments_shrunk) is skipped, saying which. Before
+    """The line's first job, shrunk (one round, tiny widths, tiny files in the real formats), ends its run. Not run,
+    saying why: a line whose :func:`wiring` is its experiment's as it is (test_experiments_shrunk runs it), or whose
+    method's parts ran with its model and with its data already in this process (pairwise coverage). Before
     it, the first line of each real data set (per process) runs as written: its data absent here, it ends in one
     line naming what is missing, exit 2 (skipped where the data is present: it would train for hours)."""
     from fl_lightning.run_dir import merge_overrides
@@ -455,9 +456,12 @@ def test_each_distinct_experiment_runs_shrunk(cmd, files, tmp_path, monkeypatch,
     experiment = [a for a in job if key_of(a) == "experiment"]
     if experiment and sig == wiring(make_cfg(experiment, tmp_path / "probe"), experiment):
         pytest.skip("its wiring runs in test_experiments_shrunk (the experiment as it is)")
-    if sig in RUN_SEEN:
-        pytest.skip(f"the wiring of {RUN_SEEN[sig]}, run by this process")
-    RUN_SEEN[sig] = cmd.where
+    pairs = {(sig[1], sig[2], sig[6]), (sig[1], sig[3:6], sig[6])}  # the method's parts with the model; with the data
+    if pairs <= set(RUN_SEEN):
+        pytest.skip(f"its method's parts ran with its model ({RUN_SEEN[(sig[1], sig[2], sig[6])]}) and with its data "
+                    f"({RUN_SEEN[(sig[1], sig[3:6], sig[6])]}) in this process")
+    for pair in pairs:
+        RUN_SEEN.setdefault(pair, cmd.where)
     root = os.path.join(ROOT, str(cfg.data.get("root")))
     if data in REAL_DATA and not cfg.data.get("fake") and data not in ABSENT_SEEN and not (
             os.path.isdir(root) and os.listdir(root)):  # as written, the data absent here: one line, exit 2
@@ -528,25 +532,31 @@ def test_keys_lines_print_their_keys(cmd):
 def report_sweep(root, experiment: str | None):
     """A tiny sweep: two seeds of two jobs whose config.yaml is the composed config of the experiment's first jobs
     (its labels, keys and paper block), a metrics.csv with every column a declared report reads, and the sweep's
-    ``multirun.yaml`` (what ``--declared`` reads)."""
-    from omegaconf import OmegaConf
+    ``multirun.yaml`` (what ``--declared`` reads: the experiment's ``hydra.callbacks``)."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
 
-    from tests.helpers.cli import make_cfg
+    from fl_lightning.config.schema import register
 
+    register()
     root.mkdir(parents=True)
     args = [f"experiment={experiment}"] if experiment else ["method=fedavg,fedavgm", "data.val_fraction=0.1"]
     picked = jobs(True, args)
-    firsts = []
-    for j in picked:  # two settings (the first job, and the first that differs in a group or the row key)
-        if not firsts or (len(firsts) == 1 and j[0] != firsts[0][0]):
-            firsts.append(j)
-    firsts = firsts[:2] if len(firsts) == 2 else picked[:2]
+    firsts = [picked[0]] + [j for j in picked if j[0] != picked[0][0]][:1]  # the first job, one of another row
+    firsts = firsts if len(firsts) == 2 else picked[:2]
+    callbacks = None
     for i, job in enumerate(firsts):
+        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+            cfg = compose(config_name="config", overrides=job, return_hydra_config=True)
+        if callbacks is None and cfg.hydra.get("callbacks"):
+            callbacks = OmegaConf.to_container(cfg.hydra.callbacks)
+        with open_dict(cfg):
+            del cfg["hydra"]
         for seed in (0, 1):
-            over = [o for o in job if key_of(o) != "seed"] + [f"seed={seed}"]
-            cfg = make_cfg(over, str(root / f"job{i}_{seed}"))
             run = root / f"job{i}_{seed}"
             run.mkdir()
+            with open_dict(cfg):
+                cfg.seed, cfg.run_dir = seed, str(run)
             OmegaConf.save(cfg, run / "config.yaml", resolve=True)
             cols = ["round", "test_acc", "val_acc", "train_loss", "test_loss", "test_ppl", "grad_norm", "precond_drift",
                     "mu_frac", "uplink_mb", "downlink_mb", "wall_s"]
@@ -557,11 +567,7 @@ def report_sweep(root, experiment: str | None):
             (run / "summary.json").write_text(json.dumps({"primary_metric": primary[0], "primary_mode": primary[1],
                                                           "finished": True, "rounds_done": 2}))
     if experiment:
-        from hydra import compose, initialize_config_dir
-
-        with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-            hc = compose(config_name="config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
-        OmegaConf.save(OmegaConf.create({"hydra": {"callbacks": OmegaConf.to_container(hc.hydra.callbacks),
+        OmegaConf.save(OmegaConf.create({"hydra": {"callbacks": callbacks,
                                                    "overrides": {"hydra": [], "task": [f"experiment={experiment}"]}}}),
                        root / "multirun.yaml")
     return root
@@ -607,8 +613,42 @@ def declared_experiment(cmd: Command) -> str | None:
     return f"results/{stem}" if os.path.exists(os.path.join(CONF, "experiment", "results", stem + ".yaml")) else stem
 
 
+def report_form(cmd: Command) -> tuple:
+    """A report line without its sweep folder: the lines of the results pages share one form."""
+    _, w = cmd.argv()
+    return tuple(a for a in w if a.startswith("-") or a in ("fl-report", "fl_lightning.report"))
+
+
+# the --declared lines of one form run as one command over their sweeps (the CLI takes several folders): one
+# python start instead of fourteen
+DECLARED = [c for c in REPORT if "--declared" in c.argv()[1] and c.argv()[1][0] != "fl-report"]
+SINGLE = [c for c in REPORT if c not in DECLARED]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("cmd", REPORT, ids=ids(REPORT))
+def test_the_results_pages_report_lines_write_their_pages(tmp_path):
+    """Line 6 of every results page (``python -m fl_lightning.report sweeps/NAME --declared``), as one command over
+    a tiny sweep of each page's experiment: each page is written into its sweep's folder."""
+    assert {report_form(c) for c in DECLARED} == {("-m", "fl_lightning.report", "--declared")}
+    sweeps, pages = [], []
+    for i, cmd in enumerate(DECLARED):
+        experiment = declared_experiment(cmd)
+        sweeps.append(report_sweep(tmp_path / f"s{i}", experiment))
+        pages.append(sweeps[-1] / f"{_callback_name(sweeps[-1])}.md")
+    p = run_here([sys.executable, "-m", "fl_lightning.report", *map(str, sweeps), "--declared"])
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    missing = [f"{c.where} ({f})" for c, f in zip(DECLARED, pages) if not (f.exists() and f.stat().st_size > 0)]
+    assert not missing, (missing, p.stdout[-2000:])
+
+
+def _callback_name(sweep) -> str:
+    from omegaconf import OmegaConf
+
+    return str(OmegaConf.load(sweep / "multirun.yaml").hydra.callbacks.report.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cmd", SINGLE, ids=ids(SINGLE))
 def test_every_report_line_writes_its_files(cmd, tmp_path):
     """As a user types it, from the repository root, on a tiny sweep: the report's page and table are written."""
     experiment = declared_experiment(cmd)
@@ -618,10 +658,7 @@ def test_every_report_line_writes_its_files(cmd, tmp_path):
     p = run_here(argv)
     assert p.returncode == 0, (argv, p.stdout[-2000:], p.stderr[-2000:])
     if experiment:
-        from omegaconf import OmegaConf
-
-        name = OmegaConf.load(sweep / "multirun.yaml").hydra.callbacks.report.name
-        written = [sweep / f"{name}.md"]
+        written = [sweep / f"{_callback_name(sweep)}.md"]
     else:
         written = [out / "report.md", out / "report.csv"]
     for f in written:
