@@ -273,12 +273,17 @@ class Cohort:
     def _train_cohort(self, cids, r, received, lr_f):
         loop, strategy = self.loop, self.loop.strategy
         opt_part = strategy.optimizer_part()
-        K, device = len(cids), loop.device
+        real = len(cids)
+        phantoms = self.size - real if self.pad_remainder else 0
+        K, device = real + phantoms, loop.device
         stacked = self._stacked(K)
         clients, hparams, states, corrections, own = [], [], [], [], []
         self.dropout.start()
-        for i, cid in enumerate(cids):  # each client's start as in the sequential loop, then its values as row i
-            client = loop.start_client(cid, r, received, lr_f)
+        for i, cid in enumerate(cids + cids[:1] * phantoms):  # each client's start as in the sequential loop, then
+            if i >= real:  # its values as row i; a phantom row: the first client's start again, no steps, no upload
+                client = self._phantom(cid, r, received, lr_f)
+            else:
+                client = loop.start_client(cid, r, received, lr_f)
             if self.dropout:
                 self.dropout.keep()  # its stream as its start left it
             opt = client.optimizer
@@ -304,9 +309,11 @@ class Cohort:
                 if p.Round is not None:  # the clients' round states, stacked (their rows fields)
                     ctx._states[p.name] = p.Round.stacked([c.state_of(p) for c in clients])
                 p.cohort_start(ctx)
-        batches = loop.data.cohort_batches([c.id for c in clients], r, device, loop.budget)
+        batches = loop.data.cohort_batches([c.id for c in clients[:real]], r, device, loop.budget)
         if batches is None:  # a transform drawing per batch: each client's own batches, stacked here
-            batches = self._stacked_batches(clients, steps, r)
+            batches = self._stacked_batches(clients[:real], steps[:real], r)
+        if phantoms:
+            batches = self._padded(batches, phantoms)
         loss_sum = torch.zeros(K, device=device)
         first = None
         ends: dict[int, list[int]] = {}
@@ -346,7 +353,7 @@ class Cohort:
             counts = {k: v.tolist() for k, (v, r) in flat.items() if r and k in python}  # a client's Python counter
         means = [x / max(1, s) for x, s in zip(loss_sum.tolist(), steps)]  # one read per cohort
         firsts = first.tolist() if first is not None else [0.0] * K
-        for i, client in enumerate(clients):
+        for i, client in enumerate(clients[:real]):
             mean_loss = means[i]
             if not math.isfinite(mean_loss):
                 raise NonFiniteLossError(loop._divergence(r, client.id, mean_loss, float(firsts[i])))
@@ -372,6 +379,31 @@ class Cohort:
             client.optimizer = None
             yield client.id, msgs, mean_loss  # added to the round's sums before the next client ends (an upload may
                                               # be a view of the one optimizer's state, as in the sequential loop)
+
+    # a remainder cohort (fewer clients than K) padded to K rows by phantom rows that take no step (row masks keep
+    # their weights and optimizer state as they were): one shape a run, the groundwork of a captured cohort step
+    pad_remainder = False
+
+    def _phantom(self, cid: int, r: int, received, lr_f) -> ClientContext:
+        """A phantom row's context: client ``cid``'s start again (the global generators as they were), no steps."""
+        loop = self.loop
+        cpu = torch.random.get_rng_state()
+        cuda = torch.cuda.get_rng_state_all() if loop.device.type == "cuda" else None
+        client = loop.start_client(cid, r, received, lr_f)
+        torch.random.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+        client.num_steps = 0
+        return client
+
+    @staticmethod
+    def _padded(batches, phantoms: int):
+        """The cohort's batches with ``phantoms`` rows more: no real rows (mask 0, count 1), never active."""
+        for batch, mask, count, active, rows in batches:
+            batch = {k: torch.cat([v, v.new_zeros((phantoms, *v.shape[1:]))]) for k, v in batch.items()}
+            yield (batch, torch.cat([mask, mask.new_zeros((phantoms, *mask.shape[1:]))]),
+                   torch.cat([count, count.new_ones(phantoms)]), torch.cat([active, active.new_zeros(phantoms)]),
+                   list(rows) + [0] * phantoms)
 
     def _stacked(self, K: int) -> dict[str, Tensor]:
         """The cohort's stacked parameters (K, ...), allocated once per cohort size and refilled for each cohort."""
@@ -410,6 +442,7 @@ class Cohort:
         stacked = ctx.params
         ctx.all_active = all_active
         frozen = None if all_active else self._snapshot(stacked, optimizer)
+        held = None if all_active else {id(v) for st in optimizer.state.values() for v in st.values()}
 
         if self.grads is not None:  # trainer.compile=step: the gradients as a function, compiled (one graph)
             grads, loss = self.grads({n: t.detach() for n, t in stacked.items()}, batch, mask, count)
@@ -432,6 +465,7 @@ class Cohort:
             t.grad = None
         if frozen is not None:
             self._restore(ctx, frozen)
+            self._fresh_rows(ctx, optimizer, held)
         return loss.detach()
 
     def client_losses(self, params: dict[str, Tensor], batch: dict, mask: Tensor, count: Tensor,
@@ -555,6 +589,17 @@ class Cohort:
                 if isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == K:
                     out.append((v, v.clone()))
         return out
+
+    @staticmethod
+    @torch.no_grad()
+    def _fresh_rows(ctx: CohortContext, optimizer, held: set) -> None:
+        """Optimizer state the step created (its first: SGD's momentum) is zero in the rows of the clients that did
+        not take it (a phantom row's state as a fresh one's, zeros), not their gradient's."""
+        K = ctx.active.shape[0]
+        for st in optimizer.state.values():
+            for v in st.values():
+                if isinstance(v, Tensor) and id(v) not in held and v.dim() > 0 and v.shape[0] == K:
+                    v.copy_(torch.where(ctx.active_like(v), v, torch.zeros_like(v)))
 
     @staticmethod
     @torch.no_grad()

@@ -330,40 +330,79 @@ def test_a_cohorts_memory_counts_soaps_factors_per_client():
     assert client_bytes(sgd, module) == 4 * 3 * params  # weights, gradients, the momentum buffer
 
 
+def _rows_of(ctx, optimizer, i: int) -> dict:
+    """Row ``i`` of everything a cohort stacks, by name: weights, the optimizer's state, the parts' round state."""
+    K = len(ctx.clients)
+    out = {f"weights {n}": t[i].detach().clone() for n, t in ctx.params.items()}
+    for j, st in enumerate(optimizer.state.values()):
+        out.update({f"optimizer {j} {k}": v[i].clone() for k, v in st.items()
+                    if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == K})
+    for name, state in ctx._states.items():
+        for f, v in vars(state).items():
+            for j, t in enumerate(v.values() if isinstance(v, dict) else v if isinstance(v, list) else [v]):
+                if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] == K:
+                    out[f"{name}.{f} {j}"] = t[i].clone()
+    return out
+
+
+def _watch_masked_rows(monkeypatch) -> list:
+    """Every cohort step checks that the rows of the clients not taking it are unchanged, bit for bit; returns the
+    list of (rows checked' tensor count, K) it fills."""
+    from fl_lightning.cohort.engine import Cohort
+
+    real, checked = Cohort._step, []
+
+    def step(self, ctx, optimizer, *args, **kw):
+        done = [i for i, a in enumerate(ctx.active.tolist()) if not a]
+        before = {i: _rows_of(ctx, optimizer, i) for i in done}
+        loss = real(self, ctx, optimizer, *args, **kw)
+        for i, old in before.items():  # as they were; optimizer state the step created: a fresh one's zeros
+            new = _rows_of(ctx, optimizer, i)
+            changed = [k for k, v in new.items() if not torch.equal(v, old[k] if k in old else torch.zeros_like(v))]
+            assert old.keys() <= new.keys() and not changed, (ctx.step, i, changed)
+            checked.append((len(new), len(ctx.clients)))
+        return loss
+    monkeypatch.setattr(Cohort, "_step", step)
+    return checked
+
+
 @pytest.mark.parametrize("method,extra", [("scaffold", ["method.momentum=0.9"]), ("local_adamw", []),
                                           ("fedmuon", NS64)])
 def test_a_finished_clients_rows_stay_bit_for_bit(method, extra, tmp_path, monkeypatch):
     """The row mask of the eager cohort (the groundwork for one shape a run): at every step a client no longer takes
     (its steps are done), its rows of the stacked weights, of the optimizer's state and of the parts' round state
     are exactly what they were before the step."""
-    from fl_lightning.cohort.engine import Cohort
-
-    def rows(ctx, optimizer, i):
-        out = [t[i].detach().clone() for t in ctx.params.values()]
-        for st in optimizer.state.values():
-            out += [v[i].clone() for v in st.values() if isinstance(v, torch.Tensor) and v.dim() > 0
-                    and v.shape[0] == len(ctx.clients)]
-        for state in ctx._states.values():
-            for v in vars(state).values():
-                for t in (v.values() if isinstance(v, dict) else v if isinstance(v, list) else [v]):
-                    if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] == len(ctx.clients):
-                        out.append(t[i].clone())
-        return out
-
-    real, checked = Cohort._step, []
-
-    def step(self, ctx, optimizer, *args, **kw):
-        done = [i for i, a in enumerate(ctx.active.tolist()) if not a]
-        before = {i: rows(ctx, optimizer, i) for i in done}
-        loss = real(self, ctx, optimizer, *args, **kw)
-        for i, old in before.items():
-            new = rows(ctx, optimizer, i)
-            assert len(new) == len(old) and all(torch.equal(a, b) for a, b in zip(old, new)), (ctx.step, i)
-            checked.append(len(old))
-        return loss
-    monkeypatch.setattr(Cohort, "_step", step)
+    checked = _watch_masked_rows(monkeypatch)
     loop = build_loop([f"method={method}", *SETTING, *extra, "trainer.cohort=4", "fl.rounds=2"], tmp_path)
     for r in range(2):
         loop.run_round(r)
     n_params = len(loop.params)
-    assert checked and max(checked) > n_params  # finished rows were checked, optimizer or part state among them
+    assert checked and max(c for c, _ in checked) > n_params  # optimizer or part state among the rows checked
+
+
+@pytest.mark.parametrize("method,extra", [("scaffold", ["method.momentum=0.9"]), ("fafed", []), ("local_adamw", []),
+                                          ("fedpac_sophia", []), ("fedmuon_avg", NS64), ("fedpac_soap", SOAP_CONDITIONED)])
+def test_a_remainder_cohort_padded_with_phantom_rows_is_one_shape_and_equals_the_sequential_run(
+        method, extra, tmp_path, monkeypatch):
+    """``Cohort.pad_remainder``: 5 clients a round in cohorts of 4 train as two cohorts of 4 rows (the second with 3
+    phantom rows: the first client's start again, no steps, no upload), so every step has one shape; the phantom
+    rows' weights, optimizer state and round state stay bit for bit, and the run equals the sequential one (float64,
+    the bound of the tests above)."""
+    from fl_lightning.cohort.engine import Cohort
+
+    ov = [f"method={method}", "trainer.precision=64-true", *SETTING, *extra]
+    seq, seq_loss, _ = _run(ov, tmp_path, "seq", rounds=2)
+    monkeypatch.setattr(Cohort, "pad_remainder", True)
+    checked = _watch_masked_rows(monkeypatch)
+    shapes = set()
+    real_stacked = Cohort._stacked
+
+    def stacked(self, K):
+        shapes.add(K)
+        return real_stacked(self, K)
+    monkeypatch.setattr(Cohort, "_stacked", stacked)
+    coh, coh_loss, _ = _run(ov + ["trainer.cohort=4"], tmp_path, "cohort", rounds=2)
+    assert shapes == {4} and checked and all(k == 4 for _, k in checked)
+    tol = 1e-10 if method in ("local_adamw",) else 1e-12
+    assert _rel(seq, coh) <= tol
+    assert seq_loss == pytest.approx(coh_loss, rel=tol)

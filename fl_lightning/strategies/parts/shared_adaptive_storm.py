@@ -180,7 +180,7 @@ class SharedAdaptiveStorm(Part):
         torch._foreach_add_(m, grads)
         cohort.mul_rows_(st.v, decay_t)
         torch._foreach_addcmul_(st.v, grads, grads, value=1.0 - self.decay)  # a finished client's gradient is 0
-        st.prev = {n: p.detach().clone() for n, p in zip(self.names, params)}
+        cohort.copy_rows_([st.prev[n] for n in self.names], [p.detach() for p in params])  # a done client's stays
         direction = torch._foreach_div(m, st.H)
         cohort.mul_rows_(direction, scale_t)
         for p, d in zip(params, direction):
