@@ -23,7 +23,7 @@ COSINE = ["fl.lr_schedule=cosine"]
 # The equality tests run in float64 (F64). In fp32 the compiled and the eager step's float orders moved the model by
 # up to 4.8e-5 relative after 3 rounds on an AVX-512/AMX Xeon (< 1e-5 on the AMD EPYC that wrote the tests: it
 # depends on the CPU's kernels). In float64, measured under tests/helpers/golden.py's native, aten_default and
-# all_avx2 settings: <= 1.5e-15 (0 at a constant lr), so TIGHT; the Muon family 1.6e-7 to 3.7e-6, the same under all
+# all_avx2 settings: <= 1.5e-15 (0 at a constant lr), so TIGHT; the Muon family 1.5e-7 to 3.7e-6, the same under all
 # three settings (a difference of the compiled code, not of the CPU's kernels), so MUON. docs/decisions.md, "Two-path
 # comparisons on any CPU", has the figures and the smallest lr change each bound catches.
 F64 = ["trainer.precision=64-true"]
