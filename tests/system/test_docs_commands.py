@@ -6,18 +6,20 @@ pytest-markdown-docs run ```python blocks only, and mktestdocs runs a whole ```b
 a 6,000-job sweep); none reads the indented and inline command lines (the results pages' line 5 and 6, the
 reproduction table) or lets the test shrink a command. The docs keep the real commands; the shrinking is here.
 
-- ``train.py`` lines, in-process (fast): group names and schema values of every job, the first job composed and
-  checked as ``train.py`` does (a bad key fails), every swept value applied to it and checked; the documented
-  errors (``$ `` lines in a ```console block) are the lines the command prints.
-- slow: every job's combination of group choices (method, arm, model, data, ...) composed and checked in full;
-  one run per distinct experiment, shrunk (its first job: each swept key's first value; an experiment= line that
-  ``test_experiments_shrunk`` already runs as it is, is not run again); a line whose real data is absent here ends
-  in its one-line message, exit 2.
+- ``train.py`` lines, in-process (fast, one per distinct line): every job's group names, the first job composed
+  and checked as ``train.py`` does (a bad key fails), every swept value applied to it and checked; the documented
+  refusals (``$ `` lines in a ```console block, :data:`REFUSED`) print their line, exit 2.
+- slow: every sweep's combinations of group choices (method, arm, model, data, ...) composed and checked in full;
+  shrunk runs of the lines' first jobs (one round, tiny widths, test_experiments_shrunk's tiny files): one per
+  wiring, pairwise (a method's parts with each model, with each data set); not again what test_experiments_shrunk
+  runs (an experiment as it is); the first line of each real data set, as written, ends in its one-line message,
+  exit 2 (its data is absent here).
 - slow, real subprocesses from the repository root: every ``python -m X`` / ``python tools/X.py`` named in the docs
   answers ``--help``; every ``fl-report`` / ``python -m fl_lightning.report`` line writes its files from a tiny
-  sweep made here; ``python -m fl_lightning.config.keys`` lines print their keys.
-- Lines that cannot run here are skipped with the reason in :data:`SKIP` (pip, pytest, torchrun / srun, a GPU, a
-  template with placeholders, a measurement of minutes).
+  sweep made here (the results pages' fourteen ``--declared`` lines as one command over fourteen sweeps);
+  ``python -m fl_lightning.config.keys`` lines print their keys.
+- Lines not run are skipped with the reason in :data:`SKIP` (pip, pytest, torchrun / srun, a GPU, a download, a
+  template with placeholders, a measurement of minutes); :func:`run_plan` says why a train.py line is not run.
 """
 from __future__ import annotations
 
@@ -43,15 +45,15 @@ OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra/launcher", "hydra.laun
 REAL_DATA = ("cifar10", "cifar100", "fashion_mnist", "mnist", "tiny_imagenet", "glue", "sentiment140", "shakespeare",
              "c4")
 PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|(^|\s)\[[^\]]*\](\s|$)|=[A-Z](\s|$)|\$PWD")
-# lines the docs show being refused (besides the ```console blocks' `$ ` lines): where -> a part of the one line
-REFUSED = {"docs/reliability.md:102": "parameters need at least"}
+# lines the docs show being refused (besides the ```console blocks' `$ ` lines): the line -> a part of its one line
+REFUSED = {"python train.py model=llama_tiny data=pydoc_chars model.net.hidden_size=65536": "parameters need at least"}
 # the reasons a documented line is not run here, by what it starts with or holds
 SKIP = {
     "pip": "installs packages: the environment's job, not a test's",
     "pytest": "runs the test suite: this suite itself",
     "torchrun": "a launcher of processes on several nodes (tests/system/test_torchrun.py runs torchrun on CPU)",
     "srun": "a Slurm job (tests/unit/test_slurm.py covers the requeue)",
-    "python -c": "a download from the Hugging Face Hub (tests reach no network)",
+    "python -c": "a Python one-liner (a download from the Hugging Face Hub; tests reach no network)",
     "template": "a template with placeholders (<name>, ..., N, [optional]): not a command as written",
     "gpu": "needs a CUDA GPU (composed and checked above; not run)",
     "searchpath": "needs the page's own files (my_conf/, mymodels.py) that a reader writes first",
@@ -78,7 +80,9 @@ def kind(cmd: Command) -> tuple[str, str | None]:
         return "skip", SKIP["pip"]
     if prog in ("torchrun", "srun"):
         return "skip", SKIP[prog]
-    if PLACEHOLDER.search(cmd.text) and not (is_report(w)):
+    if "my_conf" in cmd.text:
+        return "skip", SKIP["searchpath"]
+    if PLACEHOLDER.search(cmd.text) and not is_report(w):
         return "skip", SKIP["template"]
     if args[:2] == ["-m", "pytest"]:
         return "skip", SKIP["pytest"]
@@ -98,7 +102,7 @@ def is_report(words: list[str]) -> bool:
 
 
 TRAIN_ALL = [c for c in COMMANDS if kind(c)[0] == "train"]
-CONSOLE = [c for c in TRAIN_ALL if c.output or c.where in REFUSED]  # documented refusals
+CONSOLE = [c for c in TRAIN_ALL if c.output or c.text in REFUSED]  # documented refusals
 TRAIN = [c for c in TRAIN_ALL if c not in CONSOLE]
 REPORT = [c for c in COMMANDS if kind(c)[0] == "report"]
 KEYS = [c for c in COMMANDS if kind(c)[0] == "keys"]
@@ -289,25 +293,35 @@ DISTINCT = distinct(TRAIN)
 
 @pytest.mark.parametrize("cmd", DISTINCT, ids=ids(DISTINCT))
 def test_train_line_composes_and_every_swept_value_checks(cmd, tmp_path, monkeypatch, at_root):
-    """The line's first job composes and passes ``train.py``'s checks; every value the sweep gives a plain key is
-    applied to it and checked (:func:`diagonal`; each combination of group choices is the slow test's)."""
+    """The line's first job composes and passes ``train.py``'s checks; every group name of every job exists; every
+    value the sweep gives a plain key is applied to the first job and checked (:func:`diagonal`); each combination
+    of group choices is composed by the slow test."""
+    from fl_lightning import cli
+
     with_env(cmd, monkeypatch)
     multirun, args = train_args(cmd)
     all_jobs = jobs(multirun, args)
     assert all_jobs, cmd.text
     first = all_jobs[0]
     cfg = checked_config(first, tmp_path / "run")
+    choices = sorted({o for j in all_jobs for o in j if key_of(o) in GROUP_KEYS or "/" in key_of(o)} - set(first))
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            cli.check_groups(choices, CONF)  # every job's group names (their compositions: the slow test)
+    except SystemExit:
+        pytest.fail(f"{cmd.where}: {err.getvalue().strip()}")
     for values in diagonal(all_jobs):
         values_checked(cfg, values)
 
 
-@pytest.mark.parametrize("cmd", [pytest.param(c, marks=[pytest.mark.slow] if c.where in REFUSED else [])
+@pytest.mark.parametrize("cmd", [pytest.param(c, marks=[pytest.mark.slow] if c.text in REFUSED else [])
                                  for c in CONSOLE], ids=ids(CONSOLE))
 def test_a_documented_refusal_is_the_line_the_command_prints(cmd, tmp_path, at_root):
     """usage.md shows what a bad value prints: the command prints that line, exit 2 (reliability.md's refusal of a
     model too large for memory: its line, after the model is counted on the meta device)."""
     _, args = train_args(cmd)
-    line = one_line_error(cli_in_process(args, tmp_path / "run"), REFUSED.get(cmd.where, ""))
+    line = one_line_error(cli_in_process(args, tmp_path / "run"), REFUSED.get(cmd.text, ""))
     if cmd.output:
         assert [line] == cmd.output, (cmd.where, line)
 
@@ -562,7 +576,8 @@ def report_sweep(root, experiment: str | None):
                     "mu_frac", "uplink_mb", "downlink_mb", "wall_s"]
             rows = [[r, 0.5 + 0.1 * r + 0.01 * seed + 0.02 * i, 0.5 + 0.1 * r, 1.0 / r, 1.0 / r, 3.0, 1.0 / r, 0.1, 0.2,
                      r, 2 * r, r] for r in (1, 2)]
-            (run / "metrics.csv").write_text(",".join(cols) + "\n" + "".join(",".join(map(str, x)) + "\n" for x in rows))
+            lines = [",".join(cols)] + [",".join(map(str, x)) for x in rows]
+            (run / "metrics.csv").write_text("\n".join(lines) + "\n")
             primary = ("grad_norm", "min") if str(cfg.data.name) == "matrix_quadratic" else ("test_acc", "max")
             (run / "summary.json").write_text(json.dumps({"primary_metric": primary[0], "primary_mode": primary[1],
                                                           "finished": True, "rounds_done": 2}))
@@ -662,7 +677,8 @@ def test_every_report_line_writes_its_files(cmd, tmp_path):
     else:
         written = [out / "report.md", out / "report.csv"]
     for f in written:
-        assert f.exists() and f.stat().st_size > 0, (argv, p.stdout[-2000:], f.parent.exists() and sorted(os.listdir(f.parent)))
+        there = f.parent.exists() and sorted(os.listdir(f.parent))
+        assert f.exists() and f.stat().st_size > 0, (argv, p.stdout[-2000:], there)
 
 
 @pytest.mark.parametrize("cmd", SKIPPED, ids=ids(SKIPPED))
