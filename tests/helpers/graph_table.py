@@ -46,6 +46,9 @@ def current() -> str:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:]:  # --help (or anything): the usage, nothing rewritten
+        print(f"usage: python3 -m tests.helpers.graph_table   (no arguments)\n\n{__doc__}")
+        sys.exit(0 if sys.argv[1] in ("-h", "--help") else 2)
     new = table()
     text = open(USAGE).read()
     text = text.replace(current(), new)
