@@ -456,9 +456,9 @@ def wiring(cfg, own: list[str]) -> tuple:
 def test_each_distinct_experiment_runs_shrunk(cmd, files, tmp_path, monkeypatch, at_root):
     """The line's first job, shrunk (one round, tiny widths, tiny files in the real formats), ends its run. Not run,
     saying why: a line whose :func:`wiring` is its experiment's as it is (test_experiments_shrunk runs it), or whose
-    method's parts ran with its model and with its data already in this process (pairwise coverage). Before
-    it, the first line of each real data set (per process) runs as written: its data absent here, it ends in one
-    line naming what is missing, exit 2 (skipped where the data is present: it would train for hours)."""
+    method's parts ran with its model and with its data already in this process (pairwise coverage). First, the
+    first line of each real data set (per process) runs as written: its data absent here, it ends in one line
+    naming what is missing, exit 2 (not where the data is present: it would train for hours)."""
     from fl_lightning.run_dir import merge_overrides
     from tests.helpers.cli import make_cfg
 
@@ -466,6 +466,11 @@ def test_each_distinct_experiment_runs_shrunk(cmd, files, tmp_path, monkeypatch,
     shrunk = shrink_setting()
     cfg = make_cfg(job, tmp_path / "probe")
     data, model = str(cfg.data.name), str(cfg.model.name)
+    root = os.path.join(ROOT, str(cfg.data.get("root")))
+    if data in REAL_DATA and not cfg.data.get("fake") and data not in ABSENT_SEEN and not (
+            os.path.isdir(root) and os.listdir(root)):  # as written, the data absent here: one line, exit 2
+        ABSENT_SEEN.add(data)
+        one_line_error(cli_in_process(job, tmp_path / "as_written"))
     sig = wiring(cfg, [a for a in train_args(cmd)[1] if key_of(a) not in OUTPUT_KEYS + SHRUNK_KEYS])
     experiment = [a for a in job if key_of(a) == "experiment"]
     if experiment and sig == wiring(make_cfg(experiment, tmp_path / "probe"), experiment):
@@ -476,11 +481,6 @@ def test_each_distinct_experiment_runs_shrunk(cmd, files, tmp_path, monkeypatch,
                     f"({RUN_SEEN[(sig[1], sig[3:6], sig[6])]}) in this process")
     for pair in pairs:
         RUN_SEEN.setdefault(pair, cmd.where)
-    root = os.path.join(ROOT, str(cfg.data.get("root")))
-    if data in REAL_DATA and not cfg.data.get("fake") and data not in ABSENT_SEEN and not (
-            os.path.isdir(root) and os.listdir(root)):  # as written, the data absent here: one line, exit 2
-        ABSENT_SEEN.add(data)
-        one_line_error(cli_in_process(job, tmp_path / "as_written"))
     small = [o for o in shrunk.SMALL if not (o.startswith("fl.local_") and cfg.fl.get("local_epochs"))]
     small = merge_overrides(small, ["fl.rounds=1"])
     over = merge_overrides(job, [*small, *shrunk.data_overrides(data, files, cfg), *data_shrink(data, files),
