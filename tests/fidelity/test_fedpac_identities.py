@@ -51,7 +51,7 @@ def _fedcm_reference(batch_fn, lr, beta, wd, schedule):
     """FedCM (Xu et al. 2021; spec 001 §5.3): d = α(g + λx) + (1 − α) g_G with α = 1 − β, x ← x − η_r d over K
     steps; server x ← x + mean Δ, g_G ← −mean Δ / (K η_r); g_G⁰ = 0."""
     alpha = 1.0 - beta
-    net = MLP()
+    net = MLP(dtype=torch.float64)
     x = {n: p.detach().clone() for n, p in net.named_parameters()}
     gG = {n: torch.zeros_like(t) for n, t in x.items()}
     for r in range(R):
@@ -78,19 +78,19 @@ def _fedcm_reference(batch_fn, lr, beta, wd, schedule):
 @pytest.mark.parametrize("beta,schedule", [(0.5, "constant"), (0.5, "cosine"), (0.9, "cosine")])
 def test_identity_preconditioner_is_fedcm(tmp_path, beta, schedule):
     lr, wd = 0.05, 0.01
-    batch_fn = regression_batches(N)
+    batch_fn = regression_batches(N, dtype=torch.float64)  # float64: fp32 used 1/10 of a 1e-5 bound
     ref = _fedcm_reference(batch_fn, lr, beta, wd, schedule)
     cfg = method_config("fedpac_sophia", ["optimizer=sgd", "method.parts.theta=null", "method.parts.hessian=null",
                                           f"method.lr={lr}", f"method.pac_beta={beta}", f"method.weight_decay={wd}",
                                           "method.grad_clip=null"])
-    loop = make_loop(build(cfg), LossModule(MLP(), mse), FakeData(batch_fn, N), tmp_path, num_clients=N,
-                     per_round=S, rounds=R, local_steps=K, lr_schedule=schedule)
+    loop = make_loop(build(cfg), LossModule(MLP(dtype=torch.float64), mse), FakeData(batch_fn, N), tmp_path,
+                     num_clients=N, per_round=S, rounds=R, local_steps=K, lr_schedule=schedule)
     loop.setup()
     loop.run(progress_enabled=False)
     got = params_of(loop)
     assert got.keys() == ref.keys()
     for n in ref:
-        torch.testing.assert_close(got[n], ref[n], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got[n], ref[n], rtol=1e-10, atol=1e-12)
     assert max((got[n] - MLP().state_dict()[n[4:]]).abs().max() for n in got) > 1e-2  # it did train
 
 
