@@ -4,8 +4,9 @@ dropout masks from its own stream (``dropout.py``) and the optimizer stepped cli
 batched form (``optimizer.py``). docs/design.md, "A cohort of clients", draws it."""
 from __future__ import annotations
 
-from .engine import (AUTO_FRACTION, KEY, STACKED_COPIES, Cohort, CohortContext, auto_cohort, check_cohort,
-                     check_cohort_memory, load_rows, part_batches)
+from .auto import auto_cohort
+from .engine import (AUTO_FRACTION, KEY, STACKED_COPIES, Cohort, CohortContext, check_cohort, check_cohort_memory,
+                     load_rows, part_batches)
 
 __all__ = ["AUTO_FRACTION", "KEY", "STACKED_COPIES", "Cohort", "CohortContext", "auto_cohort", "check_cohort",
            "check_cohort_memory", "load_rows", "part_batches"]

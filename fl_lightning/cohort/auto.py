@@ -137,3 +137,28 @@ def _set(cfg: DictConfig, values: dict) -> dict:
         for k, v in values.items():
             cfg.trainer[k] = int(v) if k == "cohort" else str(v)
     return values
+
+
+def auto_cohort(strategy, module, device, clients: int, available: int | None,
+                activation_bytes, compiled: str | None = None) -> tuple[int, str]:
+    """``trainer.cohort=auto`` bounded by memory: ``(K, why)``. 1 off CUDA (the sequential loop is as fast on a CPU:
+    docs/benchmarks.md) and for a method or model that cannot run batched (the reason); on CUDA the most of the
+    ``clients`` a process trains in a round whose per-client tensors (:func:`client_bytes`) and activations
+    (``activation_bytes()``: a one-client forward and backward, measured) fit :data:`AUTO_FRACTION` of the free
+    memory."""
+    from ..errors import ConfigError
+    from .engine import check_cohort
+    from .memory import AUTO_FRACTION, _gib, client_bytes
+
+    if device_kind(device) != "cuda":
+        return 1, f"the sequential loop on {device.type} (a cohort is a GPU path)"
+    try:
+        check_cohort(strategy, module, 2, compiled)
+    except ConfigError as err:
+        return 1, f"the sequential loop: {err.problem}"
+    if available is None or clients <= 1:
+        return 1, "the sequential loop (free memory unknown)" if available is None else "one client a round"
+    per_client = client_bytes(strategy, module) + int(activation_bytes())
+    k = max(1, min(clients, int(AUTO_FRACTION * available) // max(1, per_client)))
+    return k, (f"{k} clients a step: {_gib(per_client)} each (weights, gradients, optimizer and round state, "
+               f"activations), {_gib(available)} free")

@@ -46,7 +46,7 @@ from ..strategies.base import ClientContext, Part
 from ..strategies.parts.local_optimizer import COHORT_KEY
 from ..strategies.round_state import RoundState
 from .dropout import CohortDropout, dropout_sites
-from .memory import AUTO_FRACTION, STACKED_COPIES, auto_cohort, check_cohort_memory, client_bytes  # noqa: F401
+from .memory import AUTO_FRACTION, STACKED_COPIES, check_cohort_memory, client_bytes  # noqa: F401
 from .optimizer import ClientByClient, copy_of
 from .rows import flat_rows, scale_rows_
 

@@ -1,5 +1,5 @@
 """What a cohort of K clients holds per client, counted before it is allocated: the refusal of a K that does not fit
-(``check_cohort_memory``) and ``trainer.cohort=auto``'s memory bound (``auto_cohort``).
+(``check_cohort_memory``) and what ``trainer.cohort=auto``'s memory bound (``cohort/auto.py``) counts.
 
 Per client (:func:`client_bytes`): its stacked weights and gradients; its optimizer state as the optimizer's adapter
 makes it fresh (``init_state``, on the meta device: nothing allocated), so SOAP's Kronecker factors and eigenbases
@@ -83,16 +83,6 @@ def client_bytes(strategy, module: nn.Module) -> int:
     return copies * model + (state if state is not None else UNKNOWN_STATE_COPIES * model)
 
 
-def rows_fields(part) -> int:
-    """The tensor ``rows`` fields of ``part``'s Round (each a model-sized tensor per client): the default of
-    ``Part.cohort_rows``."""
-    if part.Round is None:
-        return 0
-    kinds = part.Round.kinds()
-    return sum(1 for f in dataclasses.fields(part.Round) if kinds[f.name] == "rows" and str(f.type) in (
-        "list", "dict", "Tensor", "Tensor | None"))
-
-
 def check_cohort_memory(size: int, module: nn.Module, available: int | None, strategy=None) -> None:
     """Refuse, in one line with the memory it would need, a cohort whose K clients' stacked tensors
     (:func:`client_bytes`; without ``strategy``, :data:`STACKED_COPIES` copies of the trainable parameters) do not fit
@@ -105,27 +95,3 @@ def check_cohort_memory(size: int, module: nn.Module, available: int | None, str
         raise ConfigError(KEY, f"{size} clients stacked need about {_gib(size * per_client)} for their weights, "
                           f"gradients, optimizer and round state, and {_gib(available)} is free",
                           f"use trainer.cohort={min(fit, size - 1)} or less")
-
-
-def auto_cohort(strategy, module: nn.Module, device: torch.device, clients: int, available: int | None,
-                activation_bytes, compiled: str | None = None) -> tuple[int, str]:
-    """``trainer.cohort=auto`` bounded by memory: ``(K, why)``. 1 off CUDA (the sequential loop is as fast on a CPU:
-    docs/benchmarks.md) and for a method or model that cannot run batched (the reason); on CUDA the most of the
-    ``clients`` a process trains in a round whose per-client tensors (:func:`client_bytes`) and activations
-    (``activation_bytes()``: a one-client forward and backward, measured) fit :data:`AUTO_FRACTION` of the free
-    memory."""
-    from .auto import device_kind
-    from .engine import check_cohort
-
-    if device_kind(device) != "cuda":
-        return 1, f"the sequential loop on {device.type} (a cohort is a GPU path)"
-    try:
-        check_cohort(strategy, module, 2, compiled)
-    except ConfigError as err:
-        return 1, f"the sequential loop: {err.problem}"
-    if available is None or clients <= 1:
-        return 1, "the sequential loop (free memory unknown)" if available is None else "one client a round"
-    per_client = client_bytes(strategy, module) + int(activation_bytes())
-    k = max(1, min(clients, int(AUTO_FRACTION * available) // max(1, per_client)))
-    return k, (f"{k} clients a step: {_gib(per_client)} each (weights, gradients, optimizer and round state, "
-               f"activations), {_gib(available)} free")

@@ -293,7 +293,7 @@ class Part:
     def cohort_rows(self) -> int:
         """(``batched``) How many model-sized tensors per client its Round's ``rows`` fields hold in a cohort (what
         ``cohort/memory.py`` counts before allocating); default: one per tensor ``rows`` field."""
-        from ..cohort.memory import rows_fields
+        from .round_state import rows_fields
 
         return rows_fields(self)
 
@@ -317,7 +317,7 @@ class Part:
     # by before_step, the round's thresholds): a replayed step holds them as constants, so when they change at a
     # client's start the step is captured again, and a step whose values differ from the captured ones (Sophia's
     # refresh, the last step of seed 003's order) runs eagerly (graphed_step.py). Read as anything else, a host number
-    # is a 0-d tensor filled in place when ``graphed_step.capturing()``
+    # is a 0-d tensor filled in place when ``capturing()``
     graph_plan: tuple[str, ...] = ()
     # attributes a resume does not need (a buffer refilled for each client, a value recomputed each round from the
     # saved state): the unsaved-state check at each checkpoint leaves them alone (strategies/unsaved.py)
@@ -483,3 +483,9 @@ class _OnDevice(Mapping):
 
     def __len__(self):
         return len(self._state)
+
+
+def capturing() -> bool:
+    """Whether a CUDA graph is being captured on the current stream: a graph-safe part then reads a host number it
+    plans per step as its 0-d tensor (a float would be a constant of the graph)."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

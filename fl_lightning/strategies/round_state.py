@@ -106,3 +106,13 @@ def _row(value, i: int):
     if value and isinstance(value[0], Tensor):
         return [t[i] for t in value]
     return value[i] if value else value
+
+
+def rows_fields(part) -> int:
+    """The tensor ``rows`` fields of ``part``'s Round (each a model-sized tensor per client): the default of
+    ``Part.cohort_rows``."""
+    if part.Round is None:
+        return 0
+    kinds = part.Round.kinds()
+    return sum(1 for f in dataclasses.fields(part.Round) if kinds[f.name] == "rows" and str(f.type) in (
+        "list", "dict", "Tensor", "Tensor | None"))

@@ -238,9 +238,10 @@ def graph_violations(part, client, run, plan_ref) -> list[str]:
 
 def graph_safety(loop, rounds: int = 2) -> dict[str, list[str]]:
     """Run ``rounds`` of ``loop`` with its graph-safe parts' step hooks run as while captured
-    (``graphed_step.capturing()`` true) and watched at every step a replay would take (its planned values, the parts'
+    (``fl_lightning.strategies.base.capturing()`` true) and watched at every step a replay would take (its planned values, the parts'
     ``graph_plan``, those of the client's first step); what each part did that a replay could not."""
     from fl_lightning import graphed_step
+    from fl_lightning.strategies import base as strategies_base
 
     found: dict[str, list[str]] = {}
     first: dict[int, tuple] = {}  # id(client) -> the plan of its first step (the captured one)
@@ -260,13 +261,13 @@ def graph_safety(loop, rounds: int = 2) -> dict[str, list[str]]:
                     if v not in found[_part.name]:
                         found[_part.name].append(v)
             setattr(part, hook, watched)
-    saved = graphed_step.capturing
-    graphed_step.capturing = lambda: True
+    saved = strategies_base.capturing
+    strategies_base.capturing = lambda: True
     try:
         for r in range(rounds):
             loop.run_round(r)
     finally:
-        graphed_step.capturing = saved
+        strategies_base.capturing = saved
     return found
 
 

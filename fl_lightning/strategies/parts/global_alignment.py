@@ -44,9 +44,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ... import graphed_step
 from ...errors import ConfigError
 from ...config import Fraction, Positive
+from .. import base
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..round_state import RoundState, shared
 from ..records import Field, Record
@@ -169,7 +169,7 @@ class GlobalAlignment(Part):
         d = [dg.to(p.dtype) for p, dg in zip(params, deltas.values())]
         if st.step_t is not None and torch.compiler.is_compiling():  # trainer.compile: η_r·α an input of the graph
             torch._foreach_add_(params, torch._foreach_mul(d, st.step_t))
-        elif graphed_step.capturing():  # trainer.compile=graphs
+        elif base.capturing():  # trainer.compile=graphs
             torch._foreach_add_(params, torch._foreach_mul(d, self._neg_step))
         else:
             torch._foreach_add_(params, d, alpha=-st.step)  # p ← p - η_r α Δ_G

@@ -31,8 +31,8 @@ from typing import Annotated
 import torch
 from torch import Tensor
 
-from ... import graphed_step
 from ...config import Fraction, NonNegative, OneOf, Positive
+from .. import base
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..round_state import RoundState, own, rows
 from ..records import Field, Record
@@ -143,7 +143,7 @@ class SharedAdaptiveStorm(Part):
             old = client.gradient_at(s.prev)  # ∇F_i(x_t; ξ), the same minibatch
         m = s.m
         # trainer.compile=step or graphs: the numbers as tensors (eager: the floats)
-        compiled = torch.compiler.is_compiling() or graphed_step.capturing()
+        compiled = torch.compiler.is_compiling() or base.capturing()
         torch._foreach_sub_(m, [old[n] for n in self.names])
         torch._foreach_mul_(m, s.keep_t if compiled else s.keep)
         torch._foreach_add_(m, grads)                         # m ← ∇F(x_{t+1}) + (1 − α)(m − ∇F(x_t))
