@@ -109,6 +109,18 @@ def _rel(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).abs().max() / a[k].abs().max().clamp_min(1e-12)) for k in keep)
 
 
+def _eager_and_graphs(over, tmp_path, monkeypatch) -> dict:
+    """The run eagerly and with its steps replayed as a CUDA graph, TF32 off on both sides: mode -> (weights, summary)."""
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    runs = {}
+    for mode in ("none", "graphs"):
+        loop = build_loop(over + [f"trainer.compile={mode}"], tmp_path / mode)
+        summary = loop.run(progress_enabled=False)
+        runs[mode] = ({k: v.detach().cpu() for k, v in loop.global_params.items()}, summary)
+    return runs
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("method,model,extra", [
@@ -120,14 +132,8 @@ def _rel(a: dict, b: dict) -> float:
 def test_graph_replays_equal_eager_steps(method, model, extra, tmp_path, monkeypatch):
     """The run with its steps replayed as a CUDA graph gives eager's model up to float order (TF32 off on both
     sides); the graph is captured once per run, or once a round under a schedule, and most steps are replays."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    over = [f"method={method}", f"model={model}", *BASE, "trainer.accelerator=cuda", *extra]
-    runs = {}
-    for mode in ("none", "graphs"):
-        loop = build_loop(over + [f"trainer.compile={mode}"], tmp_path / mode)
-        summary = loop.run(progress_enabled=False)
-        runs[mode] = ({k: v.detach().cpu() for k, v in loop.global_params.items()}, summary)
+    runs = _eager_and_graphs([f"method={method}", f"model={model}", *BASE, "trainer.accelerator=cuda", *extra],
+                             tmp_path, monkeypatch)
     counts = runs["graphs"][1]["compile"]
     assert counts["eager_reason"] is None, counts
     rounds = runs["graphs"][1]["rounds_done"]
@@ -145,14 +151,8 @@ def test_the_parts_decided_graph_safe_replay_as_eager(method, extra, tmp_path, m
     """The parts issue 61 decided graph-safe, on the CNN: replayed runs give eager's model up to float order, most
     steps replayed (a planned step, Sophia's refresh or seed 003's last step, eagerly; a client bringing new tensors
     captures again)."""
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    over = [f"method={method}", "model=cnn", *BASE, "trainer.accelerator=cuda", *extra]
-    runs = {}
-    for mode in ("none", "graphs"):
-        loop = build_loop(over + [f"trainer.compile={mode}"], tmp_path / mode)
-        summary = loop.run(progress_enabled=False)
-        runs[mode] = ({k: v.detach().cpu() for k, v in loop.global_params.items()}, summary)
+    runs = _eager_and_graphs([f"method={method}", "model=cnn", *BASE, "trainer.accelerator=cuda", *extra], tmp_path,
+                             monkeypatch)
     counts = runs["graphs"][1]["compile"]
     assert counts["eager_reason"] is None and counts["graphs_captured"] >= 1, counts
     assert counts["replays"] > counts["eager_steps"], counts
