@@ -22,7 +22,7 @@ from .checkpoint import Checkpointer
 from .client_store import ClientStateStore
 from .cohort import auto as auto_settings
 from .cohort import auto_cohort, check_cohort_memory
-from .compiled_step import CompiledStep
+from .step import Capture
 from .config import check_clients, check_run, config_hash, instantiate, interpolation_source
 from .data import build_federated_data, hub
 from .errors import ConfigError
@@ -278,10 +278,9 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     recorder = RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")), rank=rank,
                            log_fn=fabric.log_dict, info=info)
     config = LoopConfig(fl=OmegaConf.to_object(cfg.fl), checkpoint=OmegaConf.to_object(cfg.checkpoint), seed=int(cfg.seed),
-                        **lr_keys(cfg))
+                        capture=capture_of(cfg, fabric.device), **lr_keys(cfg))
     return FederatedLoop(fabric, module, data, strategy, config, run_dir, store=store,
-                         checkpointer=checkpointer, recorder=recorder, compile_step=step_compiler(cfg, fabric.device),
-                         cohort=int(cohort))
+                         checkpointer=checkpointer, recorder=recorder, cohort=int(cohort))
 
 
 def probe_seconds(cfg: DictConfig, fabric, data, k: int, mode: str) -> float:
@@ -331,21 +330,16 @@ def probe_seconds(cfg: DictConfig, fabric, data, k: int, mode: str) -> float:
         torch.random.set_rng_state(rng[0])
 
 
-def step_compiler(cfg: DictConfig, device: torch.device):
-    """``trainer.compile``: None (eager), or what compiles the loop's local step (:class:`CompiledStep`)."""
+def capture_of(cfg: DictConfig, device: torch.device) -> Capture:
+    """How the local step runs, from the resolved ``trainer.compile`` (:class:`~fl_lightning.step.capture.Capture`)."""
     mode, backend = str(cfg.trainer.compile), str(cfg.trainer.compile_backend)
-    if mode == "none":
-        return None
     if mode == "graphs" and device.type != "cuda":
         raise ConfigError("trainer.compile", f"graphs replays the step as CUDA graphs, and this run is on {device.type}",
                           "use trainer.compile=step (or none) here, or run on a CUDA GPU")
-    if mode == "graphs":  # the eager step captured as a CUDA graph: no compiler (trainer.compile_backend unused)
-        from .graphed_step import GraphedStep
-
-        return functools.partial(GraphedStep, method=str(OmegaConf.select(cfg, "method.name") or ""))
     lr_varies = cfg.fl.lr_schedule != "constant" or int(cfg.fl.warmup_rounds) > 0
-    return functools.partial(CompiledStep, mode=mode, backend=backend, lr_tensors=lr_varies,
-                             dynamic_batch=cfg.fl.local_epochs is not None)
+    return Capture(mode=mode, backend=backend, lr_tensors=mode == "step" and lr_varies,
+                   dynamic_batch=mode == "step" and cfg.fl.local_epochs is not None,
+                   method=str(OmegaConf.select(cfg, "method.name") or ""))
 
 
 def lr_keys(cfg: DictConfig) -> dict[str, str | None]:

@@ -18,8 +18,8 @@ import math
 import os
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,8 +27,8 @@ from torch import Tensor
 from . import seeding, signals
 from .checkpoint import Checkpointer, TensorDict, TorchRNG
 from .client_store import ClientStateStore
-from .cohort import Cohort
-from .compiled_step import CompiledStep
+from .cohort import Cohort, CohortRun
+from .step import Capture, ClientStep, check_finite, counts as capture_counts, mean_losses, run_steps
 from .strategies import unsaved
 from .errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
 from .progress import RoundProgress
@@ -45,14 +45,16 @@ log = logging.getLogger("fl_lightning")
 class LoopConfig:
     """What the loop needs to know, every value typed and checked by the schema (no default is stated here): the
     ``fl`` and ``checkpoint`` groups (:class:`fl_lightning.config.schema.FL`, :class:`~fl_lightning.config.schema.Checkpoint`),
-    the seed, and the keys a user types for the clients' and the server's learning rate (a diverging run's message
-    names the one that grew the loss; ``build.lr_keys`` finds them)."""
+    the seed, the keys a user types for the clients' and the server's learning rate (a diverging run's message
+    names the one that grew the loss; ``build.lr_keys`` finds them), and how the local step is run (``trainer.compile``,
+    resolved: :class:`~fl_lightning.step.capture.Capture`)."""
 
     fl: FL
     checkpoint: Checkpoint
     seed: int
     client_lr_key: str | None
     server_lr_key: str | None
+    capture: Capture = field(default_factory=Capture)  # the resolved trainer.compile: how the local step runs
 
 
 def assign_clients(work: list[float], world: int, clients=None, pinned=None) -> dict[int, int] | list[int]:
@@ -75,8 +77,7 @@ def assign_clients(work: list[float], world: int, clients=None, pinned=None) -> 
 class FederatedLoop:
     def __init__(self, fabric, module, data, strategy: Strategy, config: LoopConfig, run_dir: str, *,
                  store: ClientStateStore | None = None, checkpointer: Checkpointer | None = None,
-                 recorder: RunRecorder | None = None, compile_step: Callable[[Callable], CompiledStep] | None = None,
-                 cohort: int = 1):
+                 recorder: RunRecorder | None = None, cohort: int = 1):
         self.fabric, self.module, self.data, self.strategy, self.config = fabric, module, data, strategy, config
         self.run_dir = run_dir
         self.fl = config.fl
@@ -109,14 +110,18 @@ class FederatedLoop:
         self.recorder = recorder or RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")),
                                                 rank=self.rank, log_fn=fabric.log_dict)
         self.model_bits = sum(v.numel() * v.element_size() * 8 for v in self.global_params.values())
-        # the step every client takes: local_step itself, or compiled once for the run (trainer.compile)
-        self.client_step = compile_step(self.local_step) if compile_step is not None else self.local_step
-        if compile_step is not None:
+        capture = config.capture
+        if capture.mode != "none":  # what a part asks for inside a compiled or replayed step runs eagerly
             self.services.eager_under_compile()
-        # trainer.cohort: the sampled clients trained K at a time in one batched step (fl_lightning/cohort/)
-        compiled = getattr(compile_step, "keywords", {})
-        self.cohort = Cohort(self, cohort, compiled=compiled.get("mode", None if compile_step is None else "graphs"),
-                             backend=compiled.get("backend", "inductor")) if cohort > 1 else None
+        # trainer.cohort: the sampled clients trained K at a time in one batched step (fl_lightning/cohort/);
+        # otherwise one at a time, each through the one local step (fl_lightning/step/), run as trainer.compile says
+        self.cohort = Cohort(CohortRun(
+            fabric=fabric, module=module, params=self.params, global_params=self.global_params, strategy=strategy,
+            data=data, budget=self.budget, start_client=self.start_client, checkin=self.store.checkin,
+            cast=self.services.cast_floats, divergence=self._divergence, rank=self.rank), cohort, capture) \
+            if cohort > 1 else None
+        self.step = ClientStep(fabric, module, strategy, self.params)
+        self.client_step = capture.wrap(self.step) if self.cohort is None else None
         self.round = 0  # rounds completed
         self._stop_signal: int | None = None
         self._first_round = -1  # the round this invocation started at (set by run)
@@ -173,38 +178,14 @@ class FederatedLoop:
         self.module.train()
         return client
 
-    def local_step(self, client: ClientContext, batch: dict, k: int) -> Tensor:
-        """One local step: forward, backward, the parts' ``after_backward``, clipping (``method.grad_clip``), the
-        optimizer's step and the parts' ``after_step``. Returns the step's loss (detached, on the device). The caller
-        counts the step (``client.step``) after it: a Python number changing inside a compiled step is a guard that
-        fails (``trainer.compile`` would compile the step again); hooks that run inside see the steps done before."""
-        with self.fabric.autocast():
-            loss = self.module.training_step(batch, k)
-        self.fabric.backward(loss)
-        client.batch, client.loss = batch, loss.detach()
-        self.strategy.after_backward(client)
-        clip = self.strategy.grad_clip
-        if clip:
-            torch.nn.utils.clip_grad_norm_(list(self.params.values()), float(clip))
-        client.optimizer.step()
-        self.strategy.after_step(client)
-        for p in self.params.values():  # zero_grad(set_to_none=True), written out: torch.compile skips Optimizer.zero_grad
-            p.grad = None
-        return client.loss
-
     def train_client(self, cid: int, r: int, received: dict[str, Tensor], lr_f: float) -> tuple[dict, float]:
+        """Client ``cid``'s round: its start, its K local steps (:func:`~fl_lightning.step.local.run_steps`), the
+        divergence check, its end (the upload) and its state checked back in."""
         client = self.start_client(cid, r, received, lr_f)
-        loss_sum = torch.zeros((), device=self.device)
-        for k, batch in enumerate(self.data.client_batches(cid, r, self.device, self.budget)):
-            self.strategy.before_step(client)  # outside the (compiled or replayed) step
-            loss = self.client_step(client, self.services.cast_floats(batch), k)
-            client.step += 1
-            if k == 0:
-                first_loss = loss  # at the model the client received (read only if the loss diverges)
-            loss_sum += loss.float()
-        mean_loss = float(loss_sum) / max(1, client.step)
-        if not math.isfinite(mean_loss):
-            raise NonFiniteLossError(self._divergence(r, cid, mean_loss, float(first_loss)))
+        batches = (self.services.cast_floats(b) for b in self.data.client_batches(cid, r, self.device, self.budget))
+        loss_sum, first, _ = run_steps(client, batches, self.client_step, self.strategy.before_step)
+        (mean_loss,), (first_loss,) = mean_losses(loss_sum, first, [client.step])
+        check_finite(cid, mean_loss, first_loss, lambda c, m, f: self._divergence(r, c, m, f))
         client.batch = client.loss = None
         msgs = self.strategy.client_end(client)
         self.store.checkin(cid, client.state)
@@ -433,8 +414,9 @@ class FederatedLoop:
         return summary
 
     def summary(self, **extra) -> dict:
-        if hasattr(self.client_step, "log_counts"):  # trainer.compile: what was compiled or captured, logged once
-            extra["compile"] = self.client_step.log_counts()
+        done = capture_counts(self.cohort.step if self.cohort is not None else self.client_step)
+        if done is not None:  # trainer.compile: what was compiled or captured (the cohort's step too), logged once
+            extra["compile"] = done
         return self.recorder.summary(
             method=self.strategy.name, rounds_done=self.round, rounds=self.R, finished=self.round >= self.R,
             num_params=sum(p.numel() for p in self.params.values()), config_hash=self.checkpointer.config_hash,

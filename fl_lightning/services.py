@@ -8,23 +8,11 @@ loop, so a part cannot reach the loop's rounds, store or checkpoints (docs/desig
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from torch import Tensor
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import seeding
-
-
-@contextlib.contextmanager
-def twice_differentiable():
-    """Kernels with a double backward, for the forward of a Hessian-vector product: scaled-dot-product attention on
-    its math backend (the fused CPU/flash/memory-efficient kernels have no double backward: timm's ViT and Swin,
-    transformers' LLaMA and RoBERTa call it) and cuDNN off (its RNNs have none). The training step keeps the fused
-    kernels; only an estimate's forward runs here."""
-    with sdpa_kernel(SDPBackend.MATH), torch.backends.cudnn.flags(enabled=False):
-        yield
+from .step.grads import hvp, twice_differentiable  # noqa: F401 (twice_differentiable: re-exported)
 
 
 class LoopServices:
@@ -73,14 +61,8 @@ class LoopServices:
                     self.params[n].copy_(w)
 
     def hvp(self, vector: dict[str, Tensor], batch: dict, loss_fn=None) -> dict[str, Tensor]:
-        """See :meth:`ClientContext.hvp` (double backward through the loss's graph)."""
-        names = list(self.params)
-        params = [self.params[n] for n in names]
-        with twice_differentiable():
-            grads = torch.autograd.grad(self.loss(batch, loss_fn), params, create_graph=True, allow_unused=True)
-            dot = sum((g * vector[n].to(g.dtype)).sum() for n, g in zip(names, grads) if g is not None and n in vector)
-            hv = torch.autograd.grad(dot, params, allow_unused=True)
-        return {n: (h.detach() if h is not None else torch.zeros_like(p)) for n, p, h in zip(names, params, hv)}
+        """See :meth:`ClientContext.hvp` (double backward through the loss's graph: :func:`fl_lightning.step.grads.hvp`)."""
+        return hvp(lambda: self.loss(batch, loss_fn), self.params, vector)
 
     def extra_gradient(self, cid: int, r: int) -> dict[str, Tensor]:
         """The gradient at the current weights on a fresh minibatch of client ``cid`` (its (seed, client, round)

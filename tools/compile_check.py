@@ -1,7 +1,7 @@
 """Which methods' local step ``torch.compile`` captures whole, and where the others break.
 
 For each method yaml (all of ``conf/method/`` by default), one client of the default digits run takes its first local
-step (:meth:`fl_lightning.loop.FederatedLoop.local_step`: forward, backward, the parts' hooks, clipping, the
+step (:class:`fl_lightning.step.local.LocalStep`: forward, backward, the parts' hooks, clipping, the
 optimizer step) under ``torch._dynamo.explain``, which traces it as ``torch.compile`` would and lists the graphs
 and the graph breaks with their reasons. Tracing only (no code generation), so it runs on a CPU in seconds per
 method; each method in a fresh interpreter (a failed trace marks code objects as skipped for the rest of a
@@ -76,7 +76,7 @@ def check(method: str) -> dict:
         dynamo.reset()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out = dynamo.explain(loop.local_step)(client, batch, 0)
+            out = dynamo.explain(loop.step)(client, batch, 0)
         torch.compiler.reset()
     reasons = []
     for br in out.break_reasons:

@@ -5,8 +5,10 @@ batched form (``optimizer.py``). docs/design.md, "A cohort of clients", draws it
 from __future__ import annotations
 
 from .auto import auto_cohort
-from .engine import (AUTO_FRACTION, KEY, STACKED_COPIES, Cohort, CohortContext, check_cohort, check_cohort_memory,
+from .context import CohortContext
+from .engine import (AUTO_FRACTION, KEY, STACKED_COPIES, Cohort, CohortRun, check_cohort, check_cohort_memory,
                      load_rows, part_batches)
+from .forward import CohortServices
 
-__all__ = ["AUTO_FRACTION", "KEY", "STACKED_COPIES", "Cohort", "CohortContext", "auto_cohort", "check_cohort",
-           "check_cohort_memory", "load_rows", "part_batches"]
+__all__ = ["AUTO_FRACTION", "KEY", "STACKED_COPIES", "Cohort", "CohortContext", "CohortRun", "CohortServices",
+           "auto_cohort", "check_cohort", "check_cohort_memory", "load_rows", "part_batches"]

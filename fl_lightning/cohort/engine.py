@@ -30,36 +30,37 @@ stops it.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
-import math
-from dataclasses import dataclass, field
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
 
-from ..errors import ConfigError, NonFiniteLossError
+from ..errors import ConfigError
 from ..optim.state import PY, export_optimizer_state, import_optimizer_state, is_fresh
-from ..services import twice_differentiable
-from ..strategies.base import ClientContext, Part
-from ..strategies.parts.local_optimizer import COHORT_KEY
-from ..strategies.round_state import RoundState
+from ..step import Capture, check_finite, mean_losses, run_steps
+from ..strategies.base import ClientContext, Part, steps_inside
+from .context import CohortContext
 from .dropout import CohortDropout, dropout_sites
-from .memory import AUTO_FRACTION, STACKED_COPIES, check_cohort_memory, client_bytes  # noqa: F401
+from .forward import CohortServices, StackedForward
+from .memory import AUTO_FRACTION, KEY, STACKED_COPIES, check_cohort_memory, client_bytes  # noqa: F401
 from .optimizer import ClientByClient, copy_of
-from .rows import flat_rows, scale_rows_
+from .step import CohortStep
 
-KEY = COHORT_KEY
 log = logging.getLogger("fl_lightning")
 
 
 def part_batches(part: Part) -> bool:
     """Whether ``part`` can run in a cohort: it declares the cohort hooks, or it has no per-step hooks at all."""
-    if getattr(part, "batched", False):
-        return True
-    hooks = ("before_step", "after_backward", "after_step")
-    return all(getattr(type(part), h) is getattr(Part, h) for h in hooks)
+    return getattr(part, "batched", False) or not (steps_inside(part) or part_plans(part))
+
+
+def part_plans(part: Part) -> bool:
+    """Whether ``part`` plans its step before it (``before_step``)."""
+    from ..strategies.base import overrides
+
+    return overrides(part, "before_step")
 
 
 def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = None) -> None:
@@ -152,116 +153,54 @@ def _order(opt, params: dict) -> list[str]:
     return [by_param[id(p)] for g in opt.param_groups for p in g["params"]]
 
 
-class _Losses(nn.Module):
-    """``module.sample_outputs`` (or, for a model without it, ``module.sample_losses``) as a forward, for
-    ``functional_call``."""
-
-    def __init__(self, module: nn.Module):
-        super().__init__()
-        self.m = module
-        self.split = callable(getattr(module, "sample_outputs", None))
-
-    def forward(self, batch: dict) -> Tensor:
-        return self.m.sample_outputs(batch) if self.split else self.m.sample_losses(batch)
-
-
 @dataclass
-class CohortContext:
-    """K clients' round in one batched step: what a part's cohort hooks see. ``params``: the stacked trainable
-    parameters (K, ...) (``.grad`` after backward); ``active``: which clients take this step (a client whose steps
-    are done is frozen); ``step``: the steps taken so far; ``clients``: each client's own context (its round states,
-    state, received tensors), started by the parts' ``client_start``; :meth:`state_of` a part's round states, stacked.
-    The helpers a step hook written for one client uses (``copy_rows_``, ``norm_of``, ``div_rows_``,
-    ``gradient_at``) act per client."""
+class CohortRun:
+    """What the cohort engine needs of the run, handed over by the loop (never the loop itself): the device's
+    module and its trainable parameters, Fabric, the strategy and the data with each client's step budget; a client's
+    start (``start_client(cid, r, received, lr_f) -> ClientContext``) and state check-in (``checkin(cid, state)``),
+    the batches' cast (``cast``) and the line a diverged client stops the run with (``divergence(r, cid, mean, first)``)."""
 
-    clients: list[ClientContext]
+    fabric: object
+    module: nn.Module
     params: dict[str, Tensor]
     global_params: dict[str, Tensor]
-    active: Tensor
-    step: int = 0
-    optimizer: torch.optim.Optimizer | None = None  # the local optimizer over ``params``
-    batch: dict | None = None  # the step's stacked batch (K, B, ...), its 0/1 row mask and real rows, during the hooks
-    mask: Tensor | None = None
-    count: Tensor | None = None
-    services: object | None = None  # the Cohort: gradients, Hessian-vector products over the stacked batch
-    all_active: bool = True  # every client takes this step (host flag)
-    _states: dict[str, RoundState] = field(default_factory=dict, repr=False)
-
-    @property
-    def round(self) -> int:
-        return self.clients[0].round
-
-    def state_of(self, part: Part) -> RoundState:
-        """``part``'s Round state of the K clients, stacked (``round_state.RoundState.stacked``)."""
-        return self._states[part.name]
-
-    def copy_rows_(self, dst: list[Tensor], src: list[Tensor]) -> None:
-        """``dst ← src`` in the rows of the clients taking this step (a finished client's rows stay)."""
-        if self.all_active:
-            torch._foreach_copy_(dst, src)
-            return
-        for d, t in zip(dst, src):
-            d.copy_(torch.where(self.active_like(t), t, d))
-
-    @staticmethod
-    def norm_of(tensors: list[Tensor]) -> Tensor:
-        """Each client's 2-norm over all of ``tensors`` (K, ...): (K,)."""
-        K = tensors[0].shape[0]
-        return torch.linalg.vector_norm(torch.cat([t.reshape(K, -1) for t in tensors], dim=1), dim=1)
-
-    @staticmethod
-    def div_rows_(tensors: list[Tensor], x: Tensor) -> None:
-        """Each client's rows of ``tensors`` (K, ...) divided by its entry of ``x`` (K,) (a fixed number of kernels:
-        ``cohort/rows.py``)."""
-        scale_rows_(tensors, x, "div")
-
-    @staticmethod
-    def mul_rows_(tensors: list[Tensor], x: Tensor) -> None:
-        """Each client's rows of ``tensors`` (K, ...) multiplied by its entry of ``x`` (K,) (``cohort/rows.py``)."""
-        scale_rows_(tensors, x, "mul")
-
-    def gradient_at(self, weights: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Each client's gradient at ``weights`` on its own minibatch of the step (``Cohort.gradient_at``), as
-        ``ClientContext.gradient_at`` for one client."""
-        return self.services.gradient_at(self, weights)
-
-    def per_client(self, values: list, dtype=torch.float32) -> Tensor:
-        """Host numbers, one per client, as a (K,) tensor on the clients' device, without waiting for the device
-        (pinned memory, an asynchronous copy on CUDA): FAFED's 1 − α and η, a mask of the clients at their last step."""
-        device = self.active.device
-        t = torch.tensor(values, dtype=dtype)
-        return t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else t.to(device)
-
-    def active_like(self, t: Tensor) -> Tensor:
-        """``active`` shaped to broadcast against a stacked tensor ``t`` (K, ...)."""
-        return self.active.view(-1, *([1] * (t.dim() - 1)))
+    strategy: object
+    data: object
+    budget: object
+    start_client: Callable
+    checkin: Callable
+    cast: Callable
+    divergence: Callable
+    rank: int = 0
 
 
 class Cohort:
     """Trains a process's sampled clients ``size`` at a time (see the module docstring); built by the loop."""
 
-    def __init__(self, loop, size: int, compiled: str | None = None, backend: str = "inductor"):
-        """``compiled``: ``trainer.compile`` (``step``: the cohort's forward and backward compiled once, one graph)."""
-        check_cohort(loop.strategy, loop.module, size, compiled)
-        self.loop, self.size = loop, int(size)
-        self.grads = None
-        if compiled == "step":
-            from ..compiled_step import compile_cache
-
-            compile_cache()  # inductor's code cached per CPU ISA under the package's cache folder
-            self.grads = torch.compile(self._grads, backend=backend)
-        if loop.device.type == "cpu":  # torch has no vmap rule for the CPU's fused attention (it would loop over the
-            for m in loop.module.modules():  # clients): timm's attention written out instead, batched matmuls
+    def __init__(self, run: CohortRun, size: int, capture: Capture = Capture()):
+        """``capture``: how the step runs (``trainer.compile``; ``step``: the cohort's forward and backward compiled
+        once, one graph)."""
+        check_cohort(run.strategy, run.module, size, capture.mode)
+        self.run, self.size, self.device = run, int(size), run.fabric.device
+        grads = None
+        self.names = list(run.params)
+        if self.device.type == "cpu":  # torch has no vmap rule for the CPU's fused attention (it would loop over the
+            for m in run.module.modules():  # clients): timm's attention written out instead, batched matmuls
                 if isinstance(getattr(m, "fused_attn", None), bool):
                     m.fused_attn = False
-        self.losses = _Losses(loop.module)
-        mode, why = loop.strategy.optimizer_part().cohort_mode()
+        self.dropout = CohortDropout(run.module, self.device)  # each client's masks from its own stream
+        self.forward = StackedForward(run.fabric, run.module, self.names, self.dropout)
+        self.services = CohortServices(self.forward)  # what the parts may ask for, nothing more
+        if capture.mode == "step":
+            from ..step.compiled import compile_cache
+
+            compile_cache()  # inductor's code cached per CPU ISA under the package's cache folder
+            grads = torch.compile(self.forward.grads, backend=capture.backend)
+        self.step = CohortStep(self.forward, run.strategy, grads)
+        mode, why = run.strategy.optimizer_part().cohort_mode()
         self.per_client = mode == "per_client"  # each client's own optimizer on its rows (cohort/optimizer.py)
-        if self.per_client and getattr(loop, "rank", 0) == 0:
+        if self.per_client and run.rank == 0:
             log.info("trainer.cohort: the local optimizer steps each client's rows with its own optimizer (%s)", why)
-        self.dropout = CohortDropout(loop.module, loop.device)  # each client's masks from its own stream
-        self._rows: list[int] = []  # each client's real rows in this step (host numbers)
-        self.names = list(loop.params)
         self._buffers: tuple[int, dict[str, Tensor]] = (0, {})  # (K, the stacked parameters) of the last cohort size
 
     def train(self, cids: list[int], r: int, received: dict[str, Tensor], lr_f: float) -> Iterator[tuple[int, dict, float]]:
@@ -271,11 +210,11 @@ class Cohort:
 
     # ---------------------------------------------------------------------------------------------- one cohort
     def _train_cohort(self, cids, r, received, lr_f):
-        loop, strategy = self.loop, self.loop.strategy
+        run, strategy = self.run, self.run.strategy
         opt_part = strategy.optimizer_part()
         real = len(cids)
         phantoms = self.size - real if self.pad_remainder else 0
-        K, device = real + phantoms, loop.device
+        K, device = real + phantoms, self.device
         stacked = self._stacked(K)
         clients, hparams, states, corrections, own = [], [], [], [], []
         self.dropout.start()
@@ -283,12 +222,12 @@ class Cohort:
             if i >= real:  # its values as row i; a phantom row: the first client's start again, no steps, no upload
                 client = self._phantom(cid, r, received, lr_f)
             else:
-                client = loop.start_client(cid, r, received, lr_f)
+                client = run.start_client(cid, r, received, lr_f)
             if self.dropout:
                 self.dropout.keep()  # its stream as its start left it
             opt = client.optimizer
             with torch.no_grad():  # the weights as its start left them (the global model, or a part's first move)
-                torch._foreach_copy_([stacked[n][i] for n in self.names], [loop.params[n] for n in self.names])
+                torch._foreach_copy_([stacked[n][i] for n in self.names], [run.params[n] for n in self.names])
             if self.per_client:  # a copy of the optimizer its start built (settings, state, corrections)
                 own.append(copy_of(opt, opt_part.new_optimizer(client)))
             else:
@@ -298,47 +237,48 @@ class Cohort:
             clients.append(client)
         steps = [c.num_steps for c in clients]
         if self.per_client:
-            optimizer = ClientByClient(own, [loop.params[n] for n in self.names], [stacked[n] for n in self.names])
+            optimizer = ClientByClient(own, [run.params[n] for n in self.names], [stacked[n] for n in self.names])
         else:
-            optimizer = opt_part.cohort_optimizer(clients[-1].optimizer, hparams, stacked, self.names, loop.params)
-            load_rows(optimizer, clients[-1].optimizer, states, corrections, stacked, self.names, loop.params)
-        ctx = CohortContext(clients, stacked, loop.global_params, torch.ones(K, dtype=torch.bool, device=device),
-                            optimizer=optimizer, services=self)
+            optimizer = opt_part.cohort_optimizer(clients[-1].optimizer, hparams, stacked, self.names, run.params)
+            load_rows(optimizer, clients[-1].optimizer, states, corrections, stacked, self.names, run.params)
+        ctx = CohortContext(clients, stacked, run.global_params, torch.ones(K, dtype=torch.bool, device=device),
+                            optimizer=optimizer, services=self.services)
         for p in strategy.parts:
             if p is not opt_part and getattr(p, "batched", False):
                 if p.Round is not None:  # the clients' round states, stacked (their rows fields)
                     ctx._states[p.name] = p.Round.stacked([c.state_of(p) for c in clients])
                 p.cohort_start(ctx)
-        batches = loop.data.cohort_batches([c.id for c in clients[:real]], r, device, loop.budget)
+        batches = run.data.cohort_batches([c.id for c in clients[:real]], r, device, run.budget)
         if batches is None:  # a transform drawing per batch: each client's own batches, stacked here
             batches = self._stacked_batches(clients[:real], steps[:real], r)
         if phantoms:
             batches = self._padded(batches, phantoms)
-        loss_sum = torch.zeros(K, device=device)
-        first = None
         ends: dict[int, list[int]] = {}
         for i, s in enumerate(steps):
             ends.setdefault(s, []).append(i)
         finished: dict[int, dict] = {}
-        for k, (batch, mask, count, active, rows) in enumerate(batches):
-            batch = loop.services.cast_floats(batch)
-            self._rows = rows
+
+        def begin(k: int, item) -> dict:
+            """Step k's set-up on the host: who takes it, each client's step count, its real rows."""
+            batch, mask, count, active, rows = item
+            if k in ends and k < max(steps) and optimizer.state:  # clients done before the others: the optimizer's
+                counters = self._counters(optimizer, stacked)  # shared counters (Adam's step) as theirs
+                for i in ends[k]:
+                    finished[i] = counters
+            batch = run.cast(batch)
+            self.forward.rows = rows
             if self.per_client:
                 optimizer.active = [n > 0 for n in rows]
             ctx.active, ctx.step, ctx.batch, ctx.mask, ctx.count = active, k, batch, mask, count
+            ctx.all_active = k < min(steps)
             for c, n in zip(clients, steps):  # the steps each client has done (what its sequential hooks see)
                 c.step = min(k, n)
-            loss = self._step(ctx, optimizer, batch, mask, count, k < min(steps), opt_part, strategy)
-            loss_sum += loss.float()  # a finished client's loss is exactly 0 (no rows: 0 / 1)
-            if k == 0:
-                first = loss
-            if k + 1 in ends and k + 1 < max(steps) and optimizer.state:  # clients done before the others: the
-                counters = self._counters(optimizer, stacked)  # optimizer's shared counters (Adam's step) as theirs
-                for i in ends[k + 1]:
-                    finished[i] = counters
-        if first is None or k + 1 != max(steps):  # the data's batches and the clients' step counts disagree
+            return batch
+
+        loss_sum, first, taken = run_steps(ctx, batches, self.step, strategy.before_step, begin, rows=(K,))
+        if first is None or taken != max(steps):  # the data's batches and the clients' step counts disagree
             raise RuntimeError(f"cohort of clients {[c.id for c in clients]}: the data gave "
-                               f"{0 if first is None else k + 1} steps, the clients take up to {max(steps)}")
+                               f"{taken} steps, the clients take up to {max(steps)}")
         flat, counts = {}, {}
         if optimizer.state:  # each client's optimizer state goes back for the parts that read it at its end
             order = _order(optimizer, {n: stacked[n] for n in self.names})
@@ -351,14 +291,12 @@ class Cohort:
             flat = {k: (v, rowed(k, v)) for k, v in export_optimizer_state(optimizer).items()}
             python = {k.removesuffix(PY) for s in states if s is not None for k in s if k.endswith(PY)}
             counts = {k: v.tolist() for k, (v, r) in flat.items() if r and k in python}  # a client's Python counter
-        means = [x / max(1, s) for x, s in zip(loss_sum.tolist(), steps)]  # one read per cohort
-        firsts = first.tolist() if first is not None else [0.0] * K
+        means, firsts = mean_losses(loss_sum, first, steps)  # one read per cohort
         for i, client in enumerate(clients[:real]):
             mean_loss = means[i]
-            if not math.isfinite(mean_loss):
-                raise NonFiniteLossError(loop._divergence(r, client.id, mean_loss, float(firsts[i])))
+            check_finite(client.id, mean_loss, float(firsts[i]), lambda c, m, f: run.divergence(r, c, m, f))
             with torch.no_grad():  # the client's trained weights into the module, where its client_end reads them
-                torch._foreach_copy_([loop.params[n] for n in self.names], [stacked[n][i] for n in self.names])
+                torch._foreach_copy_([run.params[n] for n in self.names], [stacked[n][i] for n in self.names])
             client.step = steps[i]
             if self.per_client:
                 optimizer.hand_back(i, client.optimizer)
@@ -375,7 +313,7 @@ class Cohort:
             if self.dropout:
                 self.dropout.resume(i)
             msgs = strategy.client_end(client)
-            loop.store.checkin(client.id, client.state)
+            run.checkin(client.id, client.state)
             client.optimizer = None
             yield client.id, msgs, mean_loss  # added to the round's sums before the next client ends (an upload may
                                               # be a view of the one optimizer's state, as in the sequential loop)
@@ -386,10 +324,9 @@ class Cohort:
 
     def _phantom(self, cid: int, r: int, received, lr_f) -> ClientContext:
         """A phantom row's context: client ``cid``'s start again (the global generators as they were), no steps."""
-        loop = self.loop
         cpu = torch.random.get_rng_state()
-        cuda = torch.cuda.get_rng_state_all() if loop.device.type == "cuda" else None
-        client = loop.start_client(cid, r, received, lr_f)
+        cuda = torch.cuda.get_rng_state_all() if self.device.type == "cuda" else None
+        client = self.run.start_client(cid, r, received, lr_f)
         torch.random.set_rng_state(cpu)
         if cuda is not None:
             torch.cuda.set_rng_state_all(cuda)
@@ -408,7 +345,7 @@ class Cohort:
     def _stacked(self, K: int) -> dict[str, Tensor]:
         """The cohort's stacked parameters (K, ...), allocated once per cohort size and refilled for each cohort."""
         if self._buffers[0] != K:
-            params = self.loop.params
+            params = self.run.params
             self._buffers = (K, {n: torch.empty((K, *params[n].shape), dtype=params[n].dtype, device=params[n].device)
                                  for n in self.names})
         stacked = self._buffers[1]
@@ -420,13 +357,13 @@ class Cohort:
     def _stacked_batches(self, clients: list[ClientContext], steps: list[int], r: int):
         """:meth:`FederatedData.cohort_batches` for data whose transform draws per batch: each client's own
         batches (:meth:`FederatedData.client_batches`), padded to the batch size and stacked, step by step."""
-        loop, device = self.loop, self.loop.device
-        streams = [loop.data.client_batches(c.id, r, device, loop.budget) for c in clients]
+        run, device = self.run, self.device
+        streams = [run.data.client_batches(c.id, r, device, run.budget) for c in clients]
         for k in range(max(steps)):
             batches = [next(s) if k < n else None for s, n in zip(streams, steps)]
             template = next(b for b in batches if b is not None)
             rows = [0 if b is None else len(next(iter(b.values()))) for b in batches]
-            B = max(loop.data.batch_size, *rows)
+            B = max(run.data.batch_size, *rows)
             out = {}
             for key, t in template.items():
                 parts = []
@@ -437,173 +374,6 @@ class Cohort:
             n = torch.tensor(rows, device=device)
             yield out, (torch.arange(B, device=device) < n[:, None]).float(), n.clamp(min=1), n > 0, rows
 
-    def _step(self, ctx: CohortContext, optimizer, batch: dict, mask: Tensor, count: Tensor, all_active: bool,
-              opt_part, strategy) -> Tensor:
-        stacked = ctx.params
-        ctx.all_active = all_active
-        frozen = None if all_active else self._snapshot(stacked, optimizer)
-        held = None if all_active else {id(v) for st in optimizer.state.values() for v in st.values()}
-
-        if self.grads is not None:  # trainer.compile=step: the gradients as a function, compiled (one graph)
-            grads, loss = self.grads({n: t.detach() for n, t in stacked.items()}, batch, mask, count)
-            for n, t in stacked.items():
-                t.grad = grads[n]
-        else:
-            loss = self.client_losses(stacked, batch, mask, count)
-            loss.sum().backward()
-        for p in strategy.parts:
-            if p is not opt_part and getattr(p, "batched", False):
-                p.cohort_after_backward(ctx)
-        clip = strategy.grad_clip
-        if clip:
-            self._clip(stacked, float(clip))
-        optimizer.step()
-        for p in strategy.parts:
-            if p is not opt_part and getattr(p, "batched", False):
-                p.cohort_after_step(ctx)
-        for t in stacked.values():
-            t.grad = None
-        if frozen is not None:
-            self._restore(ctx, frozen)
-            self._fresh_rows(ctx, optimizer, held)
-        return loss.detach()
-
-    def client_losses(self, params: dict[str, Tensor], batch: dict, mask: Tensor, count: Tensor,
-                      only: list[bool] | None = None) -> Tensor:
-        """Each client's loss at its rows of ``params`` (K, ...): the mean over its real rows of the batch (K, B, ...),
-        as its sequential step's loss. The model under ``vmap``; its per-example loss on all K*B rows at once when it
-        splits them (``sample_outputs`` / ``sample_losses_of``: a vmapped cross-entropy takes twice the kernels).
-        ``only``: the clients whose sequential step runs this forward (the others' losses are not used, and their
-        dropout streams do not draw); default: the step's active clients."""
-        with self.loop.fabric.autocast():
-            out = self.client_outputs(params, batch, only)
-            if self.losses.split:
-                out = self._sample_losses(out, batch)
-            return (out * mask).sum(1) / count
-
-    def client_outputs(self, params: dict[str, Tensor], batch: dict, only: list[bool] | None = None) -> Tensor:
-        """The model's outputs (``sample_outputs``, or the per-example losses of a model without it) of each client at
-        its rows of ``params``, on its rows of ``batch``: (K, B, ...), under ``vmap`` (``only``: :meth:`client_losses`)."""
-        def outputs(ps, b, masks=()):
-            with self.dropout.apply(masks) if masks else contextlib.nullcontext():
-                return torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in ps.items()}, (b,),
-                                                  strict=False)
-
-        def one_client():  # the dropout calls' shapes: one client's forward
-            outputs({n: t[0] for n, t in params.items()}, {k: v[0] for k, v in batch.items()})
-
-        if self.dropout and self.loop.module.training:
-            rows = self._rows if only is None else [n if o else 0 for n, o in zip(self._rows, only)]
-            with self.dropout.forward(one_client, batch, rows, len(next(iter(batch.values()))[0])) as masks:
-                return torch.vmap(outputs)(params, batch, masks)
-        return torch.vmap(outputs)(params, batch)
-
-    def _sample_losses(self, out: Tensor, batch: dict) -> Tensor:
-        """The per-example losses (K, B) of the outputs (K, B, ...), on all K·B rows at once."""
-        K, B = out.shape[:2]
-        flat = {k: v.reshape(K * B, *v.shape[2:]) for k, v in batch.items()}
-        return self.loop.module.sample_losses_of(out.reshape(K * B, *out.shape[2:]), flat).view(K, B)
-
-    def sampled_label_gradient(self, cohort: CohortContext, generators: list) -> dict[str, Tensor]:
-        """Each client's gradient of its loss against labels drawn from its own softmax (``module.sampled_labels``
-        over its real rows, from ``generators[i]``; None: a client that takes none, whose rows are unused), as
-        ``module.sampled_label_loss`` gives one client: Sophia's Gauss-Newton-Bartlett estimate."""
-        only = [g is not None for g in generators]
-        params = {n: cohort.params[n].detach().requires_grad_(True) for n in self.names}
-        module, batch = self.loop.module, cohort.batch
-        with self.loop.fabric.autocast():
-            out = self.client_outputs(params, batch, only)
-            labels = torch.zeros(out.shape[:2], dtype=torch.long, device=out.device)
-            for i, g in enumerate(generators):
-                if g is not None:
-                    n = self._rows[i]
-                    labels[i, :n] = module.sampled_labels(out[i, :n], g)
-            losses = self._sample_losses(out, {**batch, "y": labels})
-            loss = ((losses * cohort.mask).sum(1) / cohort.count).sum()
-        grads = torch.autograd.grad(loss, [params[n] for n in self.names])
-        return dict(zip(self.names, grads))
-
-    def _grads(self, params: dict[str, Tensor], batch: dict, mask: Tensor, count: Tensor):
-        """``(gradients (K, ...), losses (K,))``: each client's loss and its gradient as functions of the stacked
-        parameters (``torch.func.grad_and_value`` under ``vmap``), what ``trainer.compile=step`` compiles."""
-        loss_of = self.loop.module.sample_losses_of if self.losses.split else None
-
-        def one(ps, b, m, c):
-            out = torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in ps.items()}, (b,), strict=False)
-            return ((loss_of(out, b) if loss_of is not None else out) * m).sum() / c
-
-        with self.loop.fabric.autocast():
-            return torch.vmap(torch.func.grad_and_value(one))(params, batch, mask, count)
-
-    def gradient_at(self, cohort: CohortContext, weights: dict[str, Tensor],
-                    only: list[bool] | None = None) -> dict[str, Tensor]:
-        """Each client's gradient on the step's batch at ``weights`` (stacked (K, ...), or one tensor every client
-        shares), the other trainable parameters at the clients' own rows; ``.grad`` untouched. ``only``: the clients
-        that take it (:meth:`client_losses`)."""
-        K = len(cohort.clients)
-        params = {n: (weights[n].expand(K, *cohort.params[n].shape[1:]) if n in weights and weights[n].dim() <
-                      cohort.params[n].dim() else weights.get(n, cohort.params[n])).detach().requires_grad_(True)
-                  for n in self.names}
-        names = [n for n in self.names if n in weights]
-        with torch.enable_grad():
-            loss = self.client_losses(params, cohort.batch, cohort.mask, cohort.count, only).sum()
-            grads = torch.autograd.grad(loss, [params[n] for n in names])
-        return dict(zip(names, grads))
-
-    def hvp(self, cohort: CohortContext, vector: dict[str, Tensor], only: list[bool] | None = None) -> dict[str, Tensor]:
-        """Each client's Hessian-vector product ∇²f_i · v_i at its rows, on the step's batch (double backward; the
-        clients' losses are independent, so one product of their sum is every client's). ``only``: the clients that
-        take it (:meth:`client_losses`)."""
-        names = [n for n in self.names if n in vector]
-        params = {n: cohort.params[n].detach().requires_grad_(True) for n in self.names}
-        with twice_differentiable():
-            loss = self.client_losses(params, cohort.batch, cohort.mask, cohort.count, only).sum()
-            grads = torch.autograd.grad(loss, [params[n] for n in names], create_graph=True)
-            dot = sum((g * vector[n].to(g.dtype)).sum() for n, g in zip(names, grads))
-            hv = torch.autograd.grad(dot, [params[n] for n in names])
-        return {n: h.detach() for n, h in zip(names, hv)}
-
     def _counters(self, optimizer, stacked: dict[str, Tensor]) -> dict[str, Tensor]:
         """The entries of the optimizer's state that are not one row per client (step counts), copied."""
         return {k: v.clone() for k, v in export_optimizer_state(optimizer).items() if v.dim() == 0}
-
-    @staticmethod
-    @torch.no_grad()
-    def _clip(stacked: dict[str, Tensor], max_norm: float) -> None:
-        """``clip_grad_norm_`` per client: each row's gradient norm over all parameters, scaled to ``max_norm``."""
-        grads = [t.grad for t in stacked.values() if t.grad is not None]
-        K = grads[0].shape[0]
-        flat = flat_rows(grads)  # (K, P): the norms' input, scaled there and copied back (cohort/rows.py)
-        norms = torch.linalg.vector_norm(flat if flat is not None else torch.cat([g.reshape(K, -1) for g in grads],
-                                                                                 dim=1), dim=1)
-        coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-        scale_rows_(grads, coef, "mul", flat)
-
-    @staticmethod
-    def _snapshot(stacked: dict[str, Tensor], optimizer) -> list[tuple[Tensor, Tensor]]:
-        """The tensors a step changes whose leading dimension is the client's: parameters and optimizer state."""
-        out = [(t, t.detach().clone()) for t in stacked.values()]
-        K = next(iter(stacked.values())).shape[0]
-        for st in optimizer.state.values():
-            for v in st.values():
-                if isinstance(v, Tensor) and v.dim() > 0 and v.shape[0] == K:
-                    out.append((v, v.clone()))
-        return out
-
-    @staticmethod
-    @torch.no_grad()
-    def _fresh_rows(ctx: CohortContext, optimizer, held: set) -> None:
-        """Optimizer state the step created (its first: SGD's momentum) is zero in the rows of the clients that did
-        not take it (a phantom row's state as a fresh one's, zeros), not their gradient's."""
-        K = ctx.active.shape[0]
-        for st in optimizer.state.values():
-            for v in st.values():
-                if isinstance(v, Tensor) and id(v) not in held and v.dim() > 0 and v.shape[0] == K:
-                    v.copy_(torch.where(ctx.active_like(v), v, torch.zeros_like(v)))
-
-    @staticmethod
-    @torch.no_grad()
-    def _restore(ctx: CohortContext, frozen: list[tuple[Tensor, Tensor]]) -> None:
-        """A finished client's rows back as they were before the step."""
-        for t, old in frozen:
-            t.copy_(torch.where(ctx.active_like(t), t, old))

@@ -134,6 +134,19 @@ class ClientContext:
 
     # a step hook written once for one client and for a cohort (whose context has the same helpers)
     all_active = True
+    batched = False  # the parts' per-step hooks as they are (a cohort's context: their batched forms)
+    traced: bool = False  # set by the capture wrapper while a compiler traces or a CUDA graph captures the step
+
+    def number(self, host: float, tensor: Tensor | None):
+        """A number a part planned before the step, as the step must read it: ``host`` (a float: the eager arithmetic)
+        or, in a traced step (``torch.compile``, a CUDA graph's capture: ``traced``), its 0-d ``tensor`` filled in
+        place, an input of the graph rather than a constant of it. The one place that tells the two apart."""
+        return tensor if self.traced and tensor is not None else host
+
+    def clip_grad_norm_(self, max_norm: float) -> None:
+        """``method.grad_clip``: the gradient scaled to norm ``max_norm`` if above it (``clip_grad_norm_``; for a
+        cohort: each client's norm over all its parameters)."""
+        torch.nn.utils.clip_grad_norm_(list(self.params.values()), max_norm)
 
     @staticmethod
     def copy_rows_(dst: list[Tensor], src: list[Tensor]) -> None:
@@ -317,7 +330,7 @@ class Part:
     # by before_step, the round's thresholds): a replayed step holds them as constants, so when they change at a
     # client's start the step is captured again, and a step whose values differ from the captured ones (Sophia's
     # refresh, the last step of seed 003's order) runs eagerly (graphed_step.py). Read as anything else, a host number
-    # is a 0-d tensor filled in place when ``capturing()``
+    # is a 0-d tensor filled in place, read through ``ClientContext.number`` (the tensor when the step is traced)
     graph_plan: tuple[str, ...] = ()
     # attributes a resume does not need (a buffer refilled for each client, a value recomputed each round from the
     # saved state): the unsaved-state check at each checkpoint leaves them alone (strategies/unsaved.py)
@@ -420,15 +433,17 @@ class Strategy:
 
     @property
     def _before(self) -> list[Part]:
-        return [p for p in self.parts if type(p).before_step is not Part.before_step]
+        return [p for p in self.parts if overrides(p, "before_step")]
 
+    # the step hooks: a cohort's context (``batched``) gets each part's batched form (Part.cohort_after_backward, which
+    # defaults to after_backward on the stacked tensors)
     def after_backward(self, client: ClientContext) -> None:
         for p in self.parts:
-            p.after_backward(client)
+            (p.cohort_after_backward if client.batched else p.after_backward)(client)
 
     def after_step(self, client: ClientContext) -> None:
         for p in self.parts:
-            p.after_step(client)
+            (p.cohort_after_step if client.batched else p.after_step)(client)
 
     def client_end(self, client: ClientContext) -> dict[str, Msg]:
         out: dict[str, Msg] = {}
@@ -483,6 +498,20 @@ class _OnDevice(Mapping):
 
     def __len__(self):
         return len(self._state)
+
+
+STEP_HOOKS = ("after_backward", "after_step")  # what runs inside the local step (before_step runs outside it)
+
+
+def overrides(part: Part, hook: str) -> bool:
+    """Whether ``part`` does something at ``hook`` (its class overrides :class:`Part`'s no-op): the one rule the
+    step, the cohort, the capture wrapper and the tables read."""
+    return getattr(type(part), hook) is not getattr(Part, hook)
+
+
+def steps_inside(part: Part) -> bool:
+    """Whether ``part`` does work inside the local step (``after_backward`` / ``after_step``)."""
+    return any(overrides(part, h) for h in STEP_HOOKS)
 
 
 def capturing() -> bool:

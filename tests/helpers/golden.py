@@ -15,6 +15,7 @@ tolerances below, with the measurement they come from.
 The bit-exact guard for a refactor runs both commits on one machine:
 
     python -m tests.helpers.golden --compare BASE_COMMIT          # all methods; or name some after the commit
+    FL_GOLDEN_EXTRA=trainer.cohort=4 python -m tests.helpers.golden --compare BASE_COMMIT   # the same, as cohorts
     python -m tests.helpers.golden --write [METHOD ...]           # re-record (a named bug fix: docs/decisions.md)
     python -m tests.helpers.golden --measure [OLD_RECORD.json]    # re-measure the cross-ISA spread (the tolerances)
 """
@@ -206,8 +207,9 @@ def _dump(out: str, names: list[str]) -> None:
         recorded = load()["methods"]
     except (OSError, ValueError, KeyError):  # a base commit's golden file of an older layout
         recorded = {}
+    extra = tuple(os.environ.get("FL_GOLDEN_EXTRA", "").split())  # e.g. trainer.cohort=4: --compare another path
     for n in names:  # at the recorded precision, so that the settings compare the same arithmetic
-        data["methods"][n] = run_method(n, at_its_precision(recorded.get(n, {})))
+        data["methods"][n] = run_method(n, (*at_its_precision(recorded.get(n, {})), *extra))
         print(n, data["methods"][n]["digest"][:16], flush=True)
     with open(out, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)

@@ -1,6 +1,6 @@
 """The table in docs/usage.md of which methods' local steps replay under ``trainer.compile=graphs``, and why the others
 do not, made from the declarations (``Part.graph_safe``, ``Part.graph_plan``, the optimizer's adapter:
-``graphed_step.unsupported``). ``python3 -m tests.helpers.graph_table`` rewrites it; a test checks it matches."""
+``step.graphed.unsupported``). ``python3 -m tests.helpers.graph_table`` rewrites it; a test checks it matches."""
 from __future__ import annotations
 
 import os
@@ -17,7 +17,8 @@ BASE = ["fl.num_clients=4", "fl.clients_per_round=2", "fl.rounds=1", "fl.local_s
 
 def method_row(method: str, run_dir) -> tuple[str, str]:
     """(whether ``method``'s step replays, the reason or the steps it runs eagerly)."""
-    from fl_lightning.graphed_step import _hooked, unsupported
+    from fl_lightning.step.graphed import unsupported
+    from fl_lightning.strategies.base import steps_inside
 
     loop = build_loop([f"method={method}", *BASE], run_dir)
     received = {k: m.tensor for k, m in loop.strategy.broadcast(0).items()}
@@ -25,7 +26,7 @@ def method_row(method: str, run_dir) -> tuple[str, str]:
     reason = unsupported(loop.strategy, client.optimizer)
     if reason:
         return "no", reason
-    planned = [f"`{p.name}.{f}`" for p in loop.strategy.parts if _hooked(p) for f in p.graph_plan]
+    planned = [f"`{p.name}.{f}`" for p in loop.strategy.parts if steps_inside(p) for f in p.graph_plan]
     return "yes", (f"eager at a step whose {', '.join(planned)} is not the captured step's" if planned else "")
 
 

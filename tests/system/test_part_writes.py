@@ -210,7 +210,7 @@ class StateReads:
 
 def graph_violations(part, client, run, plan_ref) -> list[str]:
     """What ``run(client)`` (a step hook of the graph-safe ``part``) does that a replay could not (the module comment)."""
-    from fl_lightning.graphed_step import _tensors
+    from fl_lightning.step.graphed import _tensors
 
     state = client._states.get(part.name)
     own = lambda: [t.data_ptr() for t in _tensors(vars(part), []) + (  # noqa: E731
@@ -240,7 +240,7 @@ def graph_safety(loop, rounds: int = 2) -> dict[str, list[str]]:
     """Run ``rounds`` of ``loop`` with its graph-safe parts' step hooks run as while captured
     (``fl_lightning.strategies.base.capturing()`` true) and watched at every step a replay would take (its planned values, the parts'
     ``graph_plan``, those of the client's first step); what each part did that a replay could not."""
-    from fl_lightning import graphed_step
+    from fl_lightning.step import graphed as graphed_step
     from fl_lightning.strategies import base as strategies_base
 
     found: dict[str, list[str]] = {}

@@ -14,7 +14,8 @@ LAYERS = [
     {"codecs", "optim", "data", "checkpoint", "client_store", "recorder", "progress", "report"},
     {"server_opt", "models"},
     {"strategies"},
-    {"loop", "services", "compiled_step", "graphed_step", "cohort"},
+    {"step"},
+    {"loop", "services", "cohort"},
     {"build"},
     {"cli", "run_dir"},
 ]

@@ -46,7 +46,6 @@ from torch import Tensor
 
 from ...errors import ConfigError
 from ...config import Fraction, Positive
-from .. import base
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..round_state import RoundState, shared
 from ..records import Field, Record
@@ -140,19 +139,17 @@ class GlobalAlignment(Part):
         cuda = client.params[self.names[0]].is_cuda
         st = client.start_state(self, self.Round(deltas={n: down.DG[n] for n in self.names} if step or cuda else {},
                                                  step=step))
-        # −η_r·α for a step replayed as a CUDA graph (trainer.compile=graphs), a 0-d tensor filled in place
+        # −η_r·α for a traced step (compiled, or replayed as a CUDA graph), a 0-d tensor filled in place: an input of
+        # the graph, not a constant of it (under a schedule it changes every round)
         dev = client.params[self.names[0]].device
         if self._neg_step is None or self._neg_step.device != dev:
             self._neg_step = torch.zeros((), dtype=torch.float64, device=dev)
         self._neg_step.fill_(-step)
-        if step and self.scheduled:  # η_r·α as a tensor for a compiled step under a schedule: a float would be a
-            st.step_t = torch.tensor(-step, dtype=torch.float64, device=client.params[self.names[0]].device)  # constant
 
     @dataclass
     class Round(RoundState):  # the same for every client of a round
         deltas: dict = shared(default_factory=dict)  # Δ_G per parameter ({} when η_r·α = 0 off CUDA: no step)
         step: float = shared(0.0)                    # η_r·α
-        step_t: Tensor | None = shared()             # −η_r·α as a tensor (a compiled step under a schedule)
 
     def graph_inputs(self, client: ClientContext) -> list[Tensor]:
         """What ``after_step`` reads in a replayed step: Δ_G and −η_r·α."""
@@ -167,12 +164,11 @@ class GlobalAlignment(Part):
         deltas = st.deltas
         params = [client.params[n] for n in deltas]
         d = [dg.to(p.dtype) for p, dg in zip(params, deltas.values())]
-        if st.step_t is not None and torch.compiler.is_compiling():  # trainer.compile: η_r·α an input of the graph
-            torch._foreach_add_(params, torch._foreach_mul(d, st.step_t))
-        elif base.capturing():  # trainer.compile=graphs
-            torch._foreach_add_(params, torch._foreach_mul(d, self._neg_step))
+        step = client.number(-st.step, self._neg_step)
+        if isinstance(step, Tensor):  # a traced step: −η_r·α an input of the graph (compiled or replayed)
+            torch._foreach_add_(params, torch._foreach_mul(d, step))
         else:
-            torch._foreach_add_(params, d, alpha=-st.step)  # p ← p - η_r α Δ_G
+            torch._foreach_add_(params, d, alpha=step)  # p ← p - η_r α Δ_G
 
 
 def mean_probe_gradient(part: Part, server: ServerContext, names: list[str]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:

@@ -32,7 +32,6 @@ import torch
 from torch import Tensor
 
 from ...config import Fraction, NonNegative, OneOf, Positive
-from .. import base
 from ..base import Aggregate, ClientContext, Msg, Part, ServerContext
 from ..round_state import RoundState, own, rows
 from ..records import Field, Record
@@ -122,11 +121,29 @@ class SharedAdaptiveStorm(Part):
         scale: float = own(0.0)
         keep_t: Tensor | None = own()
         scale_t: Tensor | None = own()
+        decay_t: Tensor | None = own()  # a cohort's: each client's v decay (1 once it is done)
 
     def before_step(self, client: ClientContext) -> None:
         """The step's two numbers, from the step count, outside the step (a compiled step then reads no count):
-        1 − α_{t+1} and the step size η_{t+1} of the direction, 0 after the round's last gradient (absorbed, no step)."""
+        1 − α_{t+1} and the step size η_{t+1} of the direction, 0 after the round's last gradient (absorbed, no step).
+        For a cohort, each client's from its own count, as (K,) tensors filled in place (a finished client's m and v
+        stay as they are: 1 − α = 1, decay 1)."""
         s = client.state_of(self)
+        if client.batched:
+            keep, scale, decay = [], [], []
+            for c, t0 in zip(client.clients, s.t0):
+                t, done = t0 + client.step, client.step >= c.num_steps
+                keep.append(1.0 if done else 1.0 - min(1.0, self.c * self.eta(t) ** 2))
+                scale.append(0.0 if client.step + 1 >= c.num_steps else self.eta(t + 1))
+                decay.append(1.0 if done else self.decay)
+            dt = client.params[self.names[0]].dtype
+            for name, values in (("keep_t", keep), ("scale_t", scale), ("decay_t", decay)):
+                t, held = client.per_client(values, dt), getattr(s, name)
+                if held is None or held.shape != t.shape:
+                    setattr(s, name, t)
+                else:
+                    held.copy_(t)
+            return
         t = s.t0 + client.step  # the step that produced the current point
         alpha = min(1.0, self.c * self.eta(t) ** 2)
         last = client.step + 1 >= client.num_steps
@@ -142,16 +159,14 @@ class SharedAdaptiveStorm(Part):
         with torch.enable_grad():
             old = client.gradient_at(s.prev)  # ∇F_i(x_t; ξ), the same minibatch
         m = s.m
-        # trainer.compile=step or graphs: the numbers as tensors (eager: the floats)
-        compiled = torch.compiler.is_compiling() or base.capturing()
         torch._foreach_sub_(m, [old[n] for n in self.names])
-        torch._foreach_mul_(m, s.keep_t if compiled else s.keep)
+        torch._foreach_mul_(m, client.number(s.keep, s.keep_t))  # a traced step reads the tensor (an input)
         torch._foreach_add_(m, grads)                         # m ← ∇F(x_{t+1}) + (1 − α)(m − ∇F(x_t))
         torch._foreach_mul_(s.v, self.decay)
         torch._foreach_addcmul_(s.v, grads, grads, value=1.0 - self.decay)
         torch._foreach_copy_([s.prev[n] for n in self.names], [p.detach() for p in params])  # in place: a replay
         direction = torch._foreach_div(m, s.H)                                               # reads it there
-        torch._foreach_mul_(direction, s.scale_t if compiled else s.scale)  # the last gradient: no step
+        torch._foreach_mul_(direction, client.number(s.scale, s.scale_t))  # the last gradient: no step
         for p, d in zip(params, direction):
             p.grad = d
 
@@ -165,14 +180,7 @@ class SharedAdaptiveStorm(Part):
         st = cohort.state_of(self)
         params = [cohort.params[n] for n in self.names]
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        keep, scale, decay = [], [], []
-        for c, t0 in zip(cohort.clients, st.t0):  # each client's numbers from its own count (host numbers)
-            t, done = t0 + cohort.step, cohort.step >= c.num_steps  # a finished client's m and v stay as they are
-            keep.append(1.0 if done else 1.0 - min(1.0, self.c * self.eta(t) ** 2))
-            scale.append(0.0 if cohort.step + 1 >= c.num_steps else self.eta(t + 1))
-            decay.append(1.0 if done else self.decay)
-        dt = params[0].dtype
-        keep_t, scale_t, decay_t = (cohort.per_client(x, dt) for x in (keep, scale, decay))
+        keep_t, scale_t, decay_t = st.keep_t, st.scale_t, st.decay_t  # planned by before_step
         old = cohort.gradient_at(st.prev)  # each client at its previous point, its own minibatch
         m = st.m
         torch._foreach_sub_(m, [old[n] for n in self.names])

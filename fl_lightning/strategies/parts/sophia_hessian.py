@@ -130,6 +130,10 @@ class SophiaHessian(Part):
 
     def before_step(self, client: ClientContext) -> None:
         st = client.state_of(self)
+        if client.batched:  # a cohort: each client's own count (a finished client refreshes nothing)
+            st.refresh = [client.step < c.num_steps and (c.state_of(self).t0 + client.step + 1) % self.every == 0
+                          for c in client.clients]
+            return
         st.refresh = (st.t0 + client.step + 1) % self.every == 0  # the step being taken: k = client.step + 1
 
     def after_backward(self, client: ClientContext) -> None:
@@ -142,8 +146,7 @@ class SophiaHessian(Part):
     def cohort_after_backward(self, cohort) -> None:
         """The clients whose step k is a refresh step (their own counters) get ĥ at their rows; the others' curvature
         EMA rows stay as they were."""
-        refresh = [cohort.step < c.num_steps and (c.state_of(self).t0 + cohort.step + 1) % self.every == 0
-                   for c in cohort.clients]
+        refresh = cohort.state_of(self).refresh  # planned by before_step
         if not any(refresh):
             return
         params = cohort.params

@@ -80,7 +80,10 @@ class MuonStepOrder(Part):
         # whether this is the round's last step, decided outside the step: a compiled step reads one flag, not the
         # step count and K (guards that fail at the next step, and for every other K: under local epochs per client)
         st = client.state_of(self)
-        st.last = self.order == "alg1" and client.step == client.num_steps - 1
+        if client.batched:  # a cohort: the clients at their own last step
+            st.last = [self.order == "alg1" and client.step == c.num_steps - 1 for c in client.clients]
+        else:
+            st.last = self.order == "alg1" and client.step == client.num_steps - 1
         st.lrs = None
 
     def after_backward(self, client: ClientContext) -> None:
@@ -100,10 +103,10 @@ class MuonStepOrder(Part):
 
     @torch.no_grad()
     def cohort_after_backward(self, cohort) -> None:
-        last = [cohort.step == c.num_steps - 1 for c in cohort.clients]  # host numbers: no sync
         st = cohort.state_of(self)
+        last = st.last  # planned by before_step (host numbers: no sync)
         st.kept = None
-        if self.order != "alg1" or not any(last):
+        if not any(last):
             return
         muon = [p for g in cohort.optimizer.param_groups if g["use_muon"] for p in g["params"]]
         mask = cohort.per_client(last, torch.bool)

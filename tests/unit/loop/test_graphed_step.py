@@ -1,4 +1,4 @@
-"""``trainer.compile=graphs`` (fl_lightning/graphed_step.py): which methods' steps replay as a CUDA graph, and why
+"""``trainer.compile=graphs`` (fl_lightning/step/graphed.py): which methods' steps replay as a CUDA graph, and why
 the others run eagerly (CPU); on a GPU, graph replays against eager steps, with and without an lr schedule."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fl_lightning.config import StepBudget
-from fl_lightning.graphed_step import unsupported
+from fl_lightning.step.graphed import unsupported
 from tests.helpers.cli import build_loop
 
 BASE = ["fl.num_clients=6", "fl.clients_per_round=3", "fl.rounds=2", "fl.local_steps=6", "trainer.progress=false",
@@ -55,9 +55,9 @@ def test_a_part_not_declared_graph_safe_runs_eagerly(tmp_path):
 
 
 def test_the_plan_is_the_parts_planned_host_values(tmp_path):
-    """``graphed_step.plan``: seed 003's step order marks the round's last step, Sophia its refresh steps, planned
+    """``step.graphed.plan``: seed 003's step order marks the round's last step, Sophia its refresh steps, planned
     before each step (``before_step``); what a replay compares with the captured plan."""
-    from fl_lightning.graphed_step import plan
+    from fl_lightning.step.graphed import plan
 
     seen = {}
     for method in ("fedmuon_avg", "fed_sophia"):
@@ -71,7 +71,7 @@ def test_the_plan_is_the_parts_planned_host_values(tmp_path):
         for k, batch in enumerate(loop.data.client_batches(client.id, 0, loop.device, StepBudget(steps=6))):
             loop.strategy.before_step(client)
             plans.append(plan(client, loop.strategy))
-            loop.local_step(client, batch, k)
+            loop.step(client, batch, k)
             client.step += 1
         seen[method] = plans
     assert seen["fedmuon_avg"] == [((False,),)] * 5 + [((True,),)]
@@ -86,14 +86,14 @@ def test_sgd_with_momentum_rebuilds_its_state(tmp_path):
 def test_the_step_is_captured_again_when_what_it_reads_moves(tmp_path):
     """The addresses a replay reads, at a client's start: the same for FedMuon's next client (its state zeroed in
     place, the server's Δ_G written in place); another once a part hands the step a new tensor."""
-    from fl_lightning.graphed_step import addresses
+    from fl_lightning.step.graphed import addresses
 
     loop = build_loop(["method=fedmuon", *BASE, "trainer.accelerator=cpu"], tmp_path)
     loop.strategy.setup(loop.server_context())
     received = {k: m.tensor for k, m in loop.strategy.broadcast(0).items()}
     first = loop.start_client(loop.owned[0], 0, received, 1.0)
     for k, batch in enumerate(loop.data.client_batches(first.id, 0, loop.device, StepBudget(steps=2))):
-        loop.local_step(first, batch, k)
+        loop.step(first, batch, k)
     before = addresses(first, loop.strategy)
     loop.strategy.client_end(first)
     second = loop.start_client(loop.owned[1], 0, received, 1.0)

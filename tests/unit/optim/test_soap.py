@@ -164,9 +164,9 @@ def test_bad_values_are_rejected(bad):
 
 
 def _planned_run(opt, params, grads_per_step, first_at=0):
-    """The steps as a compiled run takes them (fl_lightning/compiled_step.py): before each, the host's plan
+    """The steps as a compiled run takes them (fl_lightning/step/compiled.py): before each, the host's plan
     (``plan_step``) and the counts on the device; returns whether each step was the regular one."""
-    from fl_lightning.compiled_step import CompiledStep
+    from fl_lightning.step.compiled import CompiledStep
 
     regular = []
     for k, gs in enumerate(grads_per_step):

@@ -1,7 +1,8 @@
 """``trainer.compile``: the local step through ``torch.compile``, compiled once per run and reused by every client.
 
-The step (:meth:`fl_lightning.loop.FederatedLoop.local_step`: forward, backward, the parts' ``after_backward``,
-clipping, the optimizer step, the parts' ``after_step``) is handed to ``torch.compile`` whole. Dynamo traces the
+The step (:class:`fl_lightning.step.local.LocalStep`: forward, backward, the parts' ``after_backward``, clipping, the
+optimizer step, the parts' ``after_step``) is handed to ``torch.compile`` whole by the one capture wrapper
+(:mod:`fl_lightning.step.capture`). Dynamo traces the
 backward into the graph (``torch._dynamo.config.trace_autograd_ops``, torch ≥ 2.14), so the graphs break only where the
 step leaves tensor code: ``torch.optim``'s deliberate break before an optimizer's step (it keeps the update an in-place
 inference graph), ``zero_grad``, and a few parts' Python (``python tools/compile_check.py`` lists them per method). It
@@ -16,18 +17,17 @@ used under ``torch.compiler.is_compiling()``; the eager arithmetic is unchanged)
 
 ``step``: the backend's code (``trainer.compile_backend``, inductor by default); compiled and eager runs agree up to
 float summation order (tests/system/test_compile.py), not bit for bit. ``graphs`` is the eager step captured as a CUDA
-graph, with no compiler: :mod:`fl_lightning.graphed_step`.
+graph, with no compiler: :mod:`fl_lightning.step.graphed`.
 """
 from __future__ import annotations
 
 import logging
 from typing import Callable
 
-from .optim.adapters import adapter_for
+from ..optim.adapters import adapter_for
 
 log = logging.getLogger("fl_lightning")
 
-MODES = ("none", "step", "graphs")  # graphs: fl_lightning/graphed_step.py
 _CURRENT: "CompiledStep | None" = None  # the compiled step whose calls count the compilations Dynamo starts
 
 
@@ -52,7 +52,7 @@ class CompiledStep:
         self.mode, self.backend, self.lr_tensors, self.dynamic_batch = mode, backend, lr_tensors, dynamic_batch
         self._ids: set[str] = set()
         self._active = False
-        # One compiled step per process: Dynamo's caches are per code object (FederatedLoop.local_step), so a second
+        # One compiled step per process: Dynamo's caches are per code object (LocalStep.__call__), so a second
         # loop in the same process (a test, a notebook) would find the first one's entries, fail their guards and,
         # past torch's recompile limit, fall back to eager without a word. A run starts from empty caches.
         torch._dynamo.reset()
@@ -116,12 +116,12 @@ class CompiledStep:
             for v in batch.values():
                 if isinstance(v, self._torch.Tensor) and v.dim() > 0:
                     self._dynamo.maybe_mark_dynamic(v, 0)
-        self._active = True
+        self._active = client.traced = True  # planned numbers read as tensors (ClientContext.number)
         try:
             with self._trace_backward():
                 return self._fn(client, batch, k)
         finally:
-            self._active = False
+            self._active = client.traced = False
 
     def _trace_backward(self):
         """Dynamo traces the backward into the step's graph (torch ≥ 2.14). An older torch has no such switch and
@@ -174,7 +174,7 @@ def compile_cache() -> str:
     import torch
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from .data.cache import cache_root
+    from ..data.cache import cache_root
 
     given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     if given and os.path.abspath(given) != os.path.abspath(default_cache_dir()):  # torch writes its default there

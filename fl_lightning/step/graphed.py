@@ -1,8 +1,8 @@
 """``trainer.compile=graphs``: the eager local step captured once as a CUDA graph and replayed for every later step of
 every client (``torch.cuda.CUDAGraph``; no compiler, so it starts in seconds).
 
-The whole step (:meth:`fl_lightning.loop.FederatedLoop.local_step`: forward, backward, the parts' hooks, clipping,
-the optimizer step) is captured after a short warm-up of eager steps on a side stream (lazy initialisation stays out
+The whole step (:class:`fl_lightning.step.local.LocalStep`: forward, backward, the parts' hooks, clipping, the
+optimizer step), handed over by the one capture wrapper (:mod:`fl_lightning.step.capture`), is captured after a short warm-up of eager steps on a side stream (lazy initialisation stays out
 of the graph), at the first full batch. Replaying it needs everything it reads and writes to stay the same memory
 for the whole run, and no number of the step to change behind its back:
 
@@ -39,6 +39,8 @@ from typing import Callable
 
 import torch
 
+from ..strategies.base import steps_inside
+
 log = logging.getLogger("fl_lightning")
 
 WARMUP = 3  # eager steps before the capture (cuBLAS handles, autograd's streams and other lazy set-up)
@@ -56,19 +58,12 @@ def plan(client, strategy) -> tuple:
     return tuple(out)
 
 
-def _hooked(part) -> bool:
-    """Whether a part does work inside the local step (``after_backward`` / ``after_step``)."""
-    from .strategies.base import Part
-
-    return any(getattr(type(part), h) is not getattr(Part, h) for h in ("after_backward", "after_step"))
-
-
 def unsupported(strategy, optimizer) -> str | None:
     """Why this method's local step cannot be replayed as a CUDA graph, or None."""
-    from .optim.adapters import adapter_for
+    from ..optim.adapters import adapter_for
 
     for part in strategy.parts:
-        if not getattr(part, "graph_safe", False) and (_hooked(part) or getattr(part, "provides_optimizer", False)):
+        if not getattr(part, "graph_safe", False) and (steps_inside(part) or getattr(part, "provides_optimizer", False)):
             return f"part {part.name!r} ({type(part).__name__}) is not declared graph-safe"
     if optimizer is None:
         return "no local optimizer"
@@ -112,7 +107,7 @@ def addresses(client, strategy) -> list[int]:
         ts += _tensors(list(opt.state.values()), [])
         ts += _tensors(list(getattr(opt, "corrections", {}).values()), [])
     for part in strategy.parts:
-        if _hooked(part):
+        if steps_inside(part):
             declared = part.graph_inputs(client)
             if declared is not None:
                 ts += list(declared)
@@ -128,9 +123,8 @@ class GraphedStep:
     """``step_fn(client, batch, k) -> loss`` replayed as one CUDA graph (see the module docstring); :meth:`counts`
     says how many steps were replayed, captured and run eagerly."""
 
-    def __init__(self, step_fn: Callable, method: str = "", strategy=None):
-        self.step_fn, self.method = step_fn, method
-        self.strategy = strategy if strategy is not None else getattr(getattr(step_fn, "__self__", None), "strategy", None)
+    def __init__(self, step_fn: Callable, method: str = "", strategy=None, params: dict | None = None):
+        self.step_fn, self.method, self.strategy, self.params = step_fn, method, strategy, params or {}
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static: dict[str, torch.Tensor] | None = None
         self.loss: torch.Tensor | None = None
@@ -161,7 +155,7 @@ class GraphedStep:
             self._n["eager_steps"] += 1
             return self.step_fn(client, batch, k)
         if k == 0:  # a client's start: its counters on the device; other hyperparameters, another capture
-            from .compiled_step import CompiledStep
+            from .compiled import CompiledStep
 
             CompiledStep.steps_as_tensors(client.optimizer)
             if self.graph is not None and (self._numbers(client.optimizer) != self.numbers
@@ -200,6 +194,7 @@ class GraphedStep:
         self.addresses = addresses(client, self.strategy)
         self.plan = plan(client, self.strategy)
         try:  # thread_local: a checkpoint written from another thread meanwhile does not break the capture
+            client.traced = True  # planned numbers read as tensors filled in place (ClientContext.number)
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self.loss = self.step_fn(client, self.static, k)
         except Exception as err:  # noqa: BLE001 - any failure leaves the run eager, said once
@@ -207,9 +202,11 @@ class GraphedStep:
             log.warning("trainer.compile=graphs: %s's local step runs eagerly: %s", self.method or "the method",
                         self.reason)
             self.static = self.loss = None
-            for p in getattr(self.step_fn.__self__, "params", {}).values():
+            for p in self.params.values():
                 p.grad = None
             return None
+        finally:
+            client.traced = False
         self.graph = graph
         self._n["graphs_captured"] += 1
         graph.replay()
