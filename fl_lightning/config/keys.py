@@ -4,7 +4,9 @@ and help.
 * ``keys`` / ``keys fl``: the schema's keys (generated from :mod:`fl_lightning.config.schema`), all or under a prefix;
 * ``keys method=fedmuon`` (or ``model=``, ``data=``, ``optimizer=``, any group choice; several together): that
   config as Hydra composes it, every key under the group, the constructor arguments of its parts, models, datasets
-  and optimizers included (type and range from their annotations, the value the config gives);
+  and optimizers included (type and range from their annotations, the value the config gives; a key nothing
+  describes, such as ``method.name``, shows its value's type); ``data.download``, which old configs still carry
+  (the top-level ``download`` replaced it), is left out (:data:`HIDDEN`);
 * ``keys method.lr``: that one key, in the default config (or with the group choices given beside it).
 """
 from __future__ import annotations
@@ -36,6 +38,37 @@ def describe(group: str | None = None) -> list[tuple[str, str, str, str]]:
     return out
 
 
+# keys a config still carries for old configs, left out of the listing (``keys KEY`` still describes them): the key that
+# replaced each
+HIDDEN = {"data.download": "download"}
+
+
+_UNRESOLVED = object()
+
+
+def _value_kind(v) -> str:
+    """The type of a value no schema field or annotation describes, in :func:`~.args.describe_target`'s words ("":
+    an interpolation that resolves only in a run)."""
+    if v is _UNRESOLVED:
+        return ""
+    if v is None:
+        return "null"
+    for t, word in ((bool, "true or false"), (int, "an int"), (float, "a number"), (str, "a string"),
+                    (list, "a list"), (dict, "a table (key: value, ...)")):
+        if isinstance(v, t):
+            return word
+    return type(v).__name__
+
+
+def _described(meta: dict) -> str:
+    """:func:`~.args.describe_target`'s words for a schema field or an argument, ``(or null)`` where null is taken."""
+    from .args import describe_target
+
+    if meta.get("nullable") and "null" not in meta["words"]:
+        meta = {**meta, "words": (*meta["words"], "null")}
+    return describe_target(meta)
+
+
 USAGE = ("usage: python -m fl_lightning.config.keys [GROUP | KEY | GROUP=NAME ...]   e.g. keys fl; keys method=fedmuon; "
          "keys method.lr; keys model=vit_tiny model.net")
 
@@ -47,7 +80,7 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from .args import describe_target, target_info
+    from .args import target_info
     from .ranges import hint_meta
     from .schema import register
 
@@ -69,11 +102,19 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
         except Exception:  # an interpolation that resolves only in a run
             return str(parent._get_node(k)._value())
 
+    def raw(parent, k):
+        """The value, its interpolations resolved (:data:`_UNRESOLVED`: one that resolves only in a run)."""
+        try:
+            v = parent[k]
+        except Exception:  # noqa: BLE001 - resolves only in a run: its type is not known here
+            return _UNRESOLVED
+        return OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+
     def walk(n, path: str) -> None:
         for k in n.keys() if OmegaConf.is_dict(n) else ():
             full = f"{path}.{k}" if path else str(k)
             child = n._get_node(k)
-            if str(k).startswith("_"):
+            if str(k).startswith("_") or full in HIDDEN:
                 continue
             if child._is_interpolation() and isinstance(child._value(), str) and OmegaConf.is_dict(
                     OmegaConf.select(cfg, full, default=None)):
@@ -89,7 +130,7 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
         """One key: the schema's description, else its target's annotation, else the argument it feeds."""
         if full in schema:
             f = schema[full]
-            return full, f.metadata["kind"], value(n, k), f.metadata["help"]
+            return full, _described(f.metadata), value(n, k), f.metadata["help"]
         target = n.get("_target_") if OmegaConf.is_dict(n) else None
         info = target_info(target) if isinstance(target, str) else None
         kind, help_ = "", ""
@@ -97,12 +138,16 @@ def describe_config(choices: list[str], prefix: str) -> list[tuple[str, str, str
             p = info[1].parameters[k]
             has = p.default is not p.empty
             meta = hint_meta(info[2].get(k), p.default if has else None, has)
-            kind, help_ = (describe_target(meta) if meta else ""), f"argument of {target}"
+            kind, help_ = (_described(meta) if meta else ""), f"argument of {target}"
         elif info is not None:
             help_ = f"read by {target}'s caller, not its constructor"
         elif full in feeds:
             meta, where = feeds[full]
-            kind, help_ = describe_target(meta), f"sets {where}"
+            kind, help_ = _described(meta), f"sets {where}"
+        if not kind:  # nothing declares it (a method's name, its comm formulas): the type of its value
+            kind = _value_kind(raw(n, k))
+        if full in HIDDEN:
+            help_ = f"deprecated: use the top-level {HIDDEN[full]}" + (f"; {help_}" if help_ else "")
         return full, kind, value(n, k), help_
 
     if OmegaConf.is_dict(node):
@@ -135,13 +180,15 @@ def _interpolated_arguments(cfg) -> dict:
             if OmegaConf.is_dict(child) and not child._is_interpolation():
                 walk(child)
             elif info is not None and info[1] is not None and k in info[1].parameters and child._is_interpolation():
-                m = re.fullmatch(r"\$\{(?:oc\.select:)?([\w.]+)[^}]*\}", str(child._value()))
+                # ${method.lr}, ${oc.select:method.beta,0.95}, ${oc.select:method.aux_lr,${method.lr}}: the first key
+                m = re.fullmatch(r"\$\{(?:oc\.select:([\w.]+)(?:,(?:[^{}]*|\$\{[^{}]*\}))?|([\w.]+))\}",
+                                 str(child._value()))
                 if m:
                     p = info[1].parameters[k]
                     has = p.default is not p.empty
                     meta = hint_meta(info[2].get(k), p.default if has else None, has)
                     if meta:
-                        out.setdefault(m.group(1), (meta, f"{target}'s {k}"))
+                        out.setdefault(m.group(1) or m.group(2), (meta, f"{target}'s {k}"))
 
     walk(cfg)
     return out

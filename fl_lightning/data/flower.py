@@ -13,12 +13,18 @@ get the rows shuffled by that stream first; NaturalId's split does not depend on
 argument the class does not take is one line naming the key and the closest name, refused with the config's other
 checks before anything is built. The arguments a config can give are the scalar and list ones (:data:`OPTIONS`);
 ``DistributionPartitioner``'s array and ``IdToSizeFncPartitioner``'s function are not expressible in a config.
+
+A partitioner's notes (its warnings, e.g. classes left unused) are one log line each, in this config's words (an
+argument Flower renamed is named as ``data.partition.*`` takes it: :func:`note`); the libraries' deprecation warnings
+(``DeprecationWarning``, ``FutureWarning``: pyarrow's ``null_placement``) are no note: they go back to Python's
+warnings, whose filters show or hide them as any library's, and stay out of the run's log.
 """
 from __future__ import annotations
 
 import difflib
 import inspect
 import logging
+import re
 import warnings
 from typing import Annotated, Optional
 
@@ -34,6 +40,42 @@ FILLED = ("num_partitions", "seed")  # set from fl.num_clients and the run's see
 OPTIONS = ("partition_by", "alpha", "min_partition_size", "self_balancing", "num_classes_per_partition",
            "class_assignment_mode", "partition_sizes", "num_shards_per_partition", "shard_size",
            "keep_incomplete_shard", "strictness", "group_size", "mode", "sort_unique_ids", "shuffle")
+
+
+# Flower's words in its notes -> this config's: (pattern, the key and value that do it here). flwr-datasets 0.6's
+# PathologicalPartitioner still advises its old argument first_class_deterministic_assignment=True
+RENAMED = ((re.compile(r"'?first_class_deterministic_assignment\s*=\s*True'?"),
+            "data.partition.class_assignment_mode=first-deterministic"),)
+# the advice of a note, dropped where the config already follows it
+_ADVICE = re.compile(r"\s*If it is undesired behavior consider setting\s+(\S+)\s+which.*$", re.S)
+# library deprecations: handed back to Python's warnings, never a partitioner's note
+DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+_registry: dict = {}  # warn_explicit's per-location record: under Python's "default" action, once per split
+
+
+def note(message: str, given: dict) -> str:
+    """A partitioner's note on one line, in this config's words: Flower's old argument names replaced by the
+    ``data.partition`` key that does the same, and advice to set what ``given`` (the arguments passed) already sets
+    left out."""
+    text = " ".join(str(message).split())
+    for pattern, ours in RENAMED:
+        text = pattern.sub(ours, text)
+    advice = _ADVICE.search(text)
+    if advice and "=" in advice.group(1):
+        key, _, value = advice.group(1).rpartition(".")[2].partition("=")
+        if str(given.get(key)) == value:
+            text = text[:advice.start()]
+    return text
+
+
+def _relay(said: list, partitioner: str, given: dict) -> None:
+    """The warnings caught while ``partitioner`` split the data: its notes one log line each, the libraries'
+    deprecations back to Python's warnings (their filters decide; not the run's log)."""
+    for w in said:
+        if issubclass(w.category, DEPRECATIONS):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, registry=_registry)
+        else:
+            log.warning("%s: %s", partitioner, note(str(w.message), given))
 
 
 def _module():
@@ -214,8 +256,7 @@ def flower(labels: np.ndarray, num_clients: int | None, rng: np.random.Generator
             p = cls(**args)
             p.dataset = table
             parts = [np.sort(np.asarray(p.load_partition(i)["index"], dtype=np.int64)) for i in range(p.num_partitions)]
-        for w in said:
-            log.warning("%s: %s", partitioner, " ".join(str(w.message).split()))
+        _relay(said, partitioner, args)
     except (ValueError, TypeError, KeyError) as err:
         raise ConfigError("partitioner", f"{partitioner} refused the split ({type(err).__name__}: "
                           f"{' '.join(str(err).split())[:200]})", "change its arguments (data.partition.*) or "

@@ -23,7 +23,8 @@ def report(paths: list[str], out: str, by: list[str] | None = None, select: str 
     ``precond_drift``) reported as their mean over each run's rounds; ``metrics``: columns (e.g. ``train_loss``)
     reported by their final value (a paper's ``key`` that is not the primary metric is added); ``stat``: ``mean``
     (± std) or ``median`` (and 90th percentile) of the final metric; ``blowup``: a run whose final metric is worse
-    than this counts as diverged (as does a run that stopped early); ``about``: its ``{{KEY}}`` placeholders are
+    than this counts as diverged (as does a run whose loss became non-finite; one stopped without an error counts
+    as stopped and stays out of the means); ``about``: its ``{{KEY}}`` placeholders are
     filled from the runs; ``dedupe="newest"``: of runs that repeat a setting and seed, only the newest. Returns the
     rows."""
     from .about import fill

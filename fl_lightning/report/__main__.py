@@ -32,9 +32,11 @@ def main(argv: list[str] | None = None) -> int:
                     "of this metric (e.g. val_acc)")
     ap.add_argument("--target", type=float, default=None, help="report the rounds to reach this primary metric")
     ap.add_argument("--stat", choices=("mean", "median"), default="mean", help="the final metric's mean ± std over "
-                    "seeds (default), or its median and 90th percentile (a diverged run counting as the worst)")
+                    "seeds (default), or its median and 90th percentile (a diverged run counting as the worst, a "
+                    "stopped one left out)")
     ap.add_argument("--blowup", type=float, default=None, help="a run whose final metric is worse than this counts as "
-                    "diverged, as does one that stopped early (the diverged column)")
+                    "diverged, as does one whose loss became non-finite (the diverged column; a run stopped without an "
+                    "error is counted as stopped)")
     ap.add_argument("--out", default="report", help="output folder (default: ./report)")
     ap.add_argument("--round-means", nargs="+", default=[], metavar="COLUMN",
                     help="metrics.csv columns reported as their mean over each run's rounds (e.g. precond_drift)")

@@ -3,7 +3,8 @@ every setting) gets a verdict computed from the report's rows.
 
 A claim ranks values of the first ``--by`` key: ``better`` above ``worse``, or ``order`` (best first; a list in it is
 a tier whose order is not stated); or ``converges``: no run of that value diverged (the table's ``diverged`` column:
-stopped on a non-finite loss, or ended worse than ``--blowup``), agrees when none did, differs when one did. It is checked in each *setting* (each combination of the other ``--by`` keys and
+stopped on a non-finite loss, or ended worse than ``--blowup``; a run stopped without an error is none), agrees when
+none did, differs when one did. It is checked in each *setting* (each combination of the other ``--by`` keys and
 the data and model names) of the rows of its own paper block, or only in those ``where`` picks. Each value's range is
 its row's mean ± sample std of the final metric over the runs that finished (the paper's ``key`` where the runs
 logged it, else the primary metric). The verdict:
@@ -30,7 +31,7 @@ def _measure(row: Row, key: str) -> tuple[float, float, int]:
     vals = []
     for run in row.runs:
         series = run.series(key)
-        if series and not run.stopped:
+        if series and run.finished:
             vals.append(series[-1][1])
     if not vals:
         return math.nan, math.nan, 0
@@ -97,7 +98,7 @@ def converges(rows: list[Row], value: Any) -> tuple[str, str, list[str]]:
     if len(hit) != 1:
         return "inconclusive", f"{len(hit)} rows for {value}" if hit else f"no run for {value}", []
     r = hit[0]
-    shown = [f"{value}: {r.diverged}/{r.n} diverged"]
+    shown = [f"{value}: {r.diverged}/{r.n} diverged" + (f" ({r.stopped} stopped)" if r.stopped else "")]
     return ("differs" if r.diverged else "agrees"), "", shown
 
 

@@ -15,9 +15,10 @@ def _label(row: Row, shown: list[str], context: list[str] = ()) -> str:
 
 
 def _curve(row: Row, x_col: str | None) -> tuple[list[float], list[float], list[float]]:
-    """x, mean, std over the row's runs at the rounds every run evaluated."""
+    """x, mean, std over the row's runs at the rounds every run evaluated (a run stopped early without an error left
+    out, as in the table's means, unless every run of the row stopped)."""
     per_run = []
-    for r in row.runs:
+    for r in [r for r in row.runs if not r.stopped] or row.runs:
         xs = {int(d["round"]): (d["round"] if x_col is None else d.get(x_col, math.nan)) for d in r.rows}
         per_run.append({rd: (xs[rd], v) for rd, v in r.series(row.metric)})
     common = sorted(set.intersection(*(set(p) for p in per_run))) if per_run else []

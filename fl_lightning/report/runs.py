@@ -51,10 +51,21 @@ class Run:
         return str(self.summary.get("primary_metric", "test_acc")), str(self.summary.get("primary_mode", "max"))
 
     @property
+    def finished(self) -> bool:
+        """Did the run reach its last round: its summary.json says it finished and names no error?"""
+        return bool(self.summary.get("finished", False)) and "error" not in self.summary
+
+    @property
+    def diverged(self) -> bool:
+        """Did the run stop on its error: its summary.json names it (a non-finite loss; the trainer writes it so)?"""
+        return "error" in self.summary
+
+    @property
     def stopped(self) -> bool:
-        """Did the run end before its last round: its summary.json says it did not finish, names an error (a
-        non-finite loss stops a run), or was never written (a run killed by its error)?"""
-        return not self.summary.get("finished", False) or "error" in self.summary
+        """Did the run end before its last round without an error: no summary.json (stopped by a signal and never
+        resumed, or killed) or one that says it did not finish (``stop_after_rounds``)? Neither finished nor
+        diverged: the report counts it apart and leaves it out of the means."""
+        return not self.finished and not self.diverged
 
     def value(self, key: str) -> Any:
         """A config value by key; ``method`` / ``model`` / ``data`` / ``partition`` are the groups' display names, a

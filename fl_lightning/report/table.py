@@ -5,9 +5,11 @@ seed whose values differ between runs (a swept ``method.lr``) make *settings*. W
 its own row; with ``--select METRIC`` the setting with the best mean final METRIC over its seeds is kept (max, or min
 for a loss / perplexity) and reported on the primary metric: the papers' "tuned on the grid", done on held-out data
 when METRIC is a ``val_*`` metric (``data.val_fraction``). Mean and sample standard deviation (n - 1) over seeds;
-with ``stat="median"`` the median and the 90th percentile of the final value instead (a run that stopped early
-counting as the worst value, +inf for a minimised metric). A row counts its runs that *diverged*: stopped before
-their last round (:attr:`Run.stopped`: a non-finite loss) or, with ``blowup``, finished worse than it.
+with ``stat="median"`` the median and the 90th percentile of the final value instead (a run that diverged counting
+as the worst value, +inf for a minimised metric). A row counts its runs that *diverged*: stopped on their error
+(:attr:`Run.diverged`: a non-finite loss, named in summary.json) or, with ``blowup``, finished worse than it; and apart
+those that *stopped* before their last round without an error (:attr:`Run.stopped`: a signal and no resume, or
+``stop_after_rounds``), which tell nothing of the method and are left out of the means and medians.
 
 Runs of different data, models or ``paper:`` blocks never share a row, whatever ``--by`` says (:attr:`Row.context`,
 :attr:`Row.paper_id`), so that each row is compared with its own paper's cells. A ``--by`` key, ``--select``,
@@ -42,13 +44,14 @@ class Row:
     stats: dict[str, tuple[float, float]] = field(default_factory=dict)  # name -> (mean, std)
     selected_on: str | None = None
     candidates: int = 1                         # settings the selection chose from
-    diverged: int = 0                           # runs that stopped early or ended worse than ``blowup``
+    diverged: int = 0                           # runs that stopped on their error or ended worse than ``blowup``
     blowup: float | None = None
     context: dict[str, Any] = field(default_factory=dict)  # the data and model names of its runs
     paper_id: str | None = None                 # its runs' paper: block (canonical JSON), None without one
     paper: Any = None                           # that block read (:class:`.paper.Paper`), set by the report
     source: int | None = None                   # its number in the page's list of paper sources
     repeated_seeds: bool = False                # two of its runs share a seed: not independent, no std shown
+    stopped: int = 0                            # runs that ended before their last round without an error
 
     @property
     def center(self) -> float:
@@ -182,11 +185,12 @@ def summarize(runs: list[Run], by: list[str], select: str | None = None, target:
         extra = {"context": {k: members[0].value(k) for k in CONTEXT}, "paper_id": paper_id(members[0])}
         chosen = list(settings.values())
         if select and len(chosen) > 1:
-            if not all(r.series(select) for s in chosen for r in s):
+            if not all(r.series(select) for s in chosen for r in s if not r.stopped):
                 raise ReportError(f"report: --select {select}: some runs never logged it (val_* needs "
                                   "data.val_fraction > 0); fix: select on a metric every run has")
-            score = {i: _mean_std([run_numbers(r, select, None)["final"] for r in s])[0] for i, s in enumerate(chosen)}
-            pick = (min if minimised(select, members[0]) else max)(score, key=lambda i: score[i])
+            score = {i: _selection(s, select) for i, s in enumerate(chosen)}
+            known = {i: v for i, v in score.items() if not math.isnan(v)} or score  # all runs stopped: no score
+            pick = (min if minimised(select, members[0]) else max)(known, key=lambda i: known[i])
             rows.append(_row(group, swept, chosen[pick], metric, target, select, len(chosen), stat, blowup,
                              round_means, metrics, extra))
         else:
@@ -195,18 +199,26 @@ def summarize(runs: list[Run], by: list[str], select: str | None = None, target:
     return rows
 
 
+def _selection(runs: list[Run], select: str) -> float:
+    """A setting's score for ``--select``: the mean final ``select`` of its runs that did not stop early without an
+    error (a stopped run's last value is from an earlier round)."""
+    return _mean_std([run_numbers(r, select, None)["final"] for r in runs if not r.stopped])[0]
+
+
 def _row(group, swept, runs, metric, target, select, candidates, stat, blowup, round_means, metrics, extra) -> Row:
     flat = runs[0].flat
     low = minimised(metric, next((r for r in runs if r.summary), runs[0]))  # a run killed early has no summary
     per_run = [run_numbers(r, metric, target, low, round_means, metrics) for r in runs]
-    kept = [p for r, p in zip(runs, per_run) if not r.stopped]  # mean ± std: over the runs that finished (none: —)
+    kept = [p for r, p in zip(runs, per_run) if r.finished]  # mean ± std: over the runs that finished (none: —)
     stats = {k: _mean_std([p[k] for p in kept]) for k in per_run[0]}
     if select:
-        stats[f"selected_{select}"] = _mean_std([run_numbers(r, select, None)["final"] for r in runs])
+        stats[f"selected_{select}"] = _mean_std([run_numbers(r, select, None)["final"] for r in runs
+                                                 if not r.stopped])
     worse = (lambda v: v > blowup if low else v < blowup) if blowup is not None else (lambda v: False)
-    down = [r.stopped or worse(p["final"]) for r, p in zip(runs, per_run)]
-    if stat == "median":  # a diverged run is the worst value; the mean's final and best columns give way
-        finals = [(math.inf if low else -math.inf) if d else p["final"] for d, p in zip(down, per_run)]
+    down = [r.diverged or (r.finished and worse(p["final"])) for r, p in zip(runs, per_run)]
+    if stat == "median":  # a diverged run is the worst value, a stopped one none; the mean's final and best give way
+        finals = [(math.inf if low else -math.inf) if d else p["final"]
+                  for r, d, p in zip(runs, down, per_run) if not r.stopped]
         del stats["final"], stats["best"]
         stats = {"median": (quantile(finals, 0.5), math.nan), "p90": (quantile(finals, 0.9), math.nan), **stats}
     seeds = [repr(r.value("seed")) for r in runs]
@@ -214,7 +226,7 @@ def _row(group, swept, runs, metric, target, select, candidates, stat, blowup, r
     if repeated:  # runs of one seed are not independent draws: their spread is no standard deviation
         stats = {k: (v[0], math.nan) for k, v in stats.items()}
     return Row(group, {k: flat.get(k) for k in swept}, runs, metric, stats, select, candidates,
-               sum(down), blowup, **extra, repeated_seeds=repeated)
+               sum(down), blowup, **extra, repeated_seeds=repeated, stopped=sum(r.stopped for r in runs))
 
 
 def dedupe_newest(runs: list[Run]) -> list[Run]:

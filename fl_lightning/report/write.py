@@ -67,10 +67,12 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
     compared = any(c is not None for c in cells)
     many = len(papers) > 1
     diverged = any(r.diverged for r in rows)
+    stopped = any(r.stopped for r in rows)
     off = [differs(r) for r in rows]
     head = by + context + swept + ["n"] + ([f"{select} (selection)"] if select else []) + \
         [_label(k, m, target) for k in _columns(rows)] + \
-        (["diverged"] if diverged else []) + (list(_compared(rows)) if compared else []) + \
+        (["diverged"] if diverged else []) + (["stopped"] if stopped else []) + \
+        (list(_compared(rows)) if compared else []) + \
         (["paper's setting"] if any(off) else []) + (["source"] if many else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r, c, d in zip(rows, cells, off):
@@ -82,6 +84,8 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
             out.append(_fmt(*_one(r, k), 1 if k in ("rounds_to_target", "uplink_mb", "downlink_mb", "wall_s") else 4))
         if diverged:
             out.append(f"{r.diverged}/{r.n}")
+        if stopped:
+            out.append(f"{r.stopped}/{r.n}")
         if compared:
             mine = ours(r) if c is not None else None
             digits = 2 if r.paper is not None and r.paper.unit == "%" and fraction(r.paper.key or "") else 4
@@ -94,7 +98,7 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
     if "median" in rows[0].stats:
         text = [f"Median and 90th percentile (linear between order statistics) of the final `{m}` over the n runs of "
                 "each row (seeds), a diverged run counting as the worst value; other columns mean ± sample standard "
-                "deviation."]
+                "deviation" + (" (over the runs that finished)" if diverged or stopped else "") + "."]
     else:
         text = [f"Mean ± sample standard deviation over the n runs of each row (seeds); primary metric `{m}`."]
     if any(r.repeated_seeds for r in rows):
@@ -102,9 +106,13 @@ def markdown(rows: list[Row], target: float | None, plots: list[str], papers: li
                     "the mean is shown without a standard deviation (`--dedupe newest` keeps the newest run of each "
                     "setting and seed).")
     if diverged:
-        text.append("`diverged`: runs that stopped before their last round (a non-finite loss)"
+        text.append("`diverged`: runs that stopped on a non-finite loss (their summary.json names the error)"
                     + (f" or ended worse than {rows[0].blowup:g}" if rows[0].blowup is not None else "")
                     + ("; the mean and std are over the runs that finished" if "final" in rows[0].stats else "") + ".")
+    if stopped:
+        text.append("`stopped`: runs that ended before their last round without an error (stopped by a signal and "
+                    "not resumed, or by `stop_after_rounds`): not counted as diverged, and left out of the "
+                    + ("median" if "median" in rows[0].stats else "mean and std") + ".")
     if select:
         text.append(f"Each row keeps the setting with the best mean final `{select}` of the settings its group swept "
                     f"(the swept keys' columns show the one kept) and reports `{m}` for it.")
@@ -154,14 +162,15 @@ def write_csv(rows: list[Row], path: str) -> None:
         w.writerow(by + list(CONTEXT) + swept + ["n", "metric"]
                    + [s if s in one else f"{s}_{x}" for s in stats for x in ("mean", "std")
                       if s not in one or x == "mean"]
-                   + ["diverged", "ours", "paper", "paper_key", "paper_unit", "paper_source", "setting_differs",
-                      "runs"])
+                   + ["diverged", "stopped", "ours", "paper", "paper_key", "paper_unit", "paper_source",
+                      "setting_differs", "runs"])
         for r in rows:
             c, mine = cell_of(r), ours(r)
             w.writerow([r.group[k] for k in by] + [r.context.get(k) for k in CONTEXT]
                        + [r.setting.get(k, "") for k in swept] + [r.n, r.metric]
                        + [v for s in stats for v in (r.stats[s][:1] if s in one else r.stats[s])]
-                       + [r.diverged, "" if c is None or mine is None else mine[0], "" if c is None else c["value"],
+                       + [r.diverged, r.stopped, "" if c is None or mine is None else mine[0],
+                          "" if c is None else c["value"],
                           r.paper.key if r.paper else "", r.paper.unit if r.paper and r.paper.unit else "",
                           r.source or "", differs(r)]
                        + [";".join(os.path.relpath(x.path) for x in r.runs)])

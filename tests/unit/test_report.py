@@ -94,12 +94,12 @@ def test_the_command_line(sweep, tmp_path, capsys):
 # ---------------------------------------------------------------- fake run directories (no training)
 @pytest.fixture()
 def fakes(tmp_path):
-    """Three labels x five seeds: A ends at 1, 2, 4, 3 and one run stopped on a non-finite loss (no summary.json);
-    B at 0.5 .. 4.5; C at 1, 2, 3, 100 (finished, above the blow-up 37) and 5."""
+    """Three labels x five seeds: A ends at 1, 2, 4, 3 and one run stopped on a non-finite loss (its summary.json names
+    the error, as the trainer writes it); B at 0.5 .. 4.5; C at 1, 2, 3, 100 (finished, above the blow-up 37) and 5."""
     root = tmp_path / "sweep"
     for s, g in enumerate([1.0, 2.0, 4.0, 3.0]):
         fake_run(root / f"a_s{s}", "A", s, [9.0, g, g])
-    fake_run(root / "a_s4", "A", 4, [9.0, 7.0], summary=False)
+    fake_run(root / "a_s4", "A", 4, [9.0, 7.0], finished=False, error="training loss became nan at round 3, client 1")
     for s, g in enumerate([0.5, 1.5, 2.5, 3.5, 4.5]):
         fake_run(root / f"b_s{s}", "B", s, [8.0, 0.25, g])  # its best (0.25) is not its final
     for s, g in enumerate([1.0, 2.0, 3.0, 100.0, 5.0]):
@@ -122,7 +122,7 @@ def test_median_and_90th_percentile_with_diverged_runs_as_the_worst(fakes, tmp_p
     rows = report([str(fakes)], str(tmp_path), by=["label"], stat="median", blowup=37.0, plots=False, name="ht")
     got = {r.group["label"]: r for r in rows}
     assert [r.group["label"] for r in rows] == ["A", "B", "C"] and all(r.n == 5 for r in rows)
-    # A: 1, 2, 3, 4 and the stopped run as +inf; B: 0.5 .. 4.5; C: 1, 2, 3, 5 and 100 > 37 as +inf
+    # A: 1, 2, 3, 4 and the diverged run as +inf; B: 0.5 .. 4.5; C: 1, 2, 3, 5 and 100 > 37 as +inf
     assert got["A"].stats["median"][0] == 3.0 and got["A"].stats["p90"][0] == math.inf and got["A"].diverged == 1
     assert got["B"].stats["median"][0] == 2.5 and got["B"].stats["p90"][0] == pytest.approx(4.1)
     assert got["B"].diverged == 0
@@ -138,16 +138,17 @@ def test_median_and_90th_percentile_with_diverged_runs_as_the_worst(fakes, tmp_p
     assert [t["diverged"] for t in table] == ["1", "0", "1"] and "final_mean" not in table[0]
 
 
-def test_mean_counts_stopped_runs_and_takes_a_minimised_primary_metrics_best_as_its_minimum(fakes, tmp_path):
+def test_mean_counts_diverged_runs_and_takes_a_minimised_primary_metrics_best_as_its_minimum(fakes, tmp_path):
     rows = report([str(fakes)], str(tmp_path), by=["label"], plots=False)
     got = {r.group["label"]: r for r in rows}
-    finals_a = [1.0, 2.0, 4.0, 3.0]  # the mean is over the runs that finished; the stopped one is counted apart
+    finals_a = [1.0, 2.0, 4.0, 3.0]  # the mean is over the runs that finished; the diverged one is counted apart
     assert got["A"].stats["final"] == pytest.approx((statistics.fmean(finals_a), statistics.stdev(finals_a)))
     assert got["B"].stats["best"][0] == 0.25 and got["A"].stats["best"][0] == pytest.approx(statistics.fmean(
-        finals_a))  # min over rounds: grad_norm's summary says min (the stopped run has none)
-    assert [r.diverged for r in rows] == [1, 0, 0]  # no blow-up value: only the stopped run
+        finals_a))  # min over rounds: grad_norm's summary says min (the diverged run is left out)
+    assert [r.diverged for r in rows] == [1, 0, 0]  # no blow-up value: only the non-finite loss
     md = (tmp_path / "report.md").read_text()
-    assert "| diverged |" in md and "| A | 5 |" in md and "stopped before their last round" in md
+    assert "| diverged |" in md and "| A | 5 |" in md and "stopped on a non-finite loss" in md
+    assert "| stopped |" not in md
 
 
 def test_no_diverged_column_when_every_run_finished(tmp_path):
@@ -157,12 +158,44 @@ def test_no_diverged_column_when_every_run_finished(tmp_path):
     assert "diverged" not in (tmp_path / "o" / "report.md").read_text()
 
 
-def test_a_summary_that_says_unfinished_or_names_an_error_is_a_divergence(tmp_path):
-    fake_run(tmp_path / "s" / "x0", "X", 0, [1.0], finished=False)
+def test_a_summary_that_names_an_error_is_a_divergence_one_that_says_unfinished_a_stop(tmp_path):
+    fake_run(tmp_path / "s" / "x0", "X", 0, [1.0], finished=False)  # stop_after_rounds: no error
     fake_run(tmp_path / "s" / "x1", "X", 1, [1.0], error="training loss became nan at round 2, client 0")
     fake_run(tmp_path / "s" / "x2", "X", 2, [1.0])
+    fake_run(tmp_path / "s" / "x3", "X", 3, [2.0])
     rows = report([str(tmp_path / "s")], str(tmp_path / "o"), by=["label"], stat="median", plots=False)
-    assert rows[0].diverged == 2 and rows[0].stats["median"][0] == math.inf
+    assert rows[0].diverged == 1 and rows[0].stopped == 1
+    assert rows[0].stats["median"][0] == 2.0  # 1, 2 and the diverged run as +inf; the stopped one left out
+
+
+def test_a_run_stopped_by_a_signal_is_counted_as_stopped_not_diverged(tmp_path):
+    """Issue 65 item 12: a run stopped by SIGTERM and never resumed (metrics.csv, no summary.json) is no divergence
+    (the page says that column is a non-finite loss): a ``stopped`` column counts it, and it is left out of the mean,
+    the median and the curves; a run whose summary.json names its error stays diverged."""
+    for s, g in enumerate([1.0, 2.0, 3.0, 4.0]):
+        fake_run(tmp_path / "s" / f"a{s}", "A", s, [9.0, g, g])
+    fake_run(tmp_path / "s" / "a4", "A", 4, [9.0, 100.0], summary=False)  # SIGTERM after round 2
+    fake_run(tmp_path / "s" / "b0", "B", 0, [9.0, 1.0, 1.0])
+    fake_run(tmp_path / "s" / "b1", "B", 1, [9.0], finished=False,
+             error="training loss became nan at round 2, client 0")
+    rows = report([str(tmp_path / "s")], str(tmp_path / "o"), by=["label"], plots=False)
+    got = {r.group["label"]: r for r in rows}
+    assert (got["A"].n, got["A"].diverged, got["A"].stopped) == (5, 0, 1)
+    assert (got["B"].n, got["B"].diverged, got["B"].stopped) == (2, 1, 0)
+    assert got["A"].stats["final"] == pytest.approx((2.5, statistics.stdev([1.0, 2.0, 3.0, 4.0])))
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "| label | n | final grad_norm |" in md and "| diverged | stopped |" in md
+    assert re.search(r"^\| A \| 5 \| 2\.5000 .*\| 0/5 \| 1/5 \|$", md, re.M), md
+    assert re.search(r"^\| B \| 2 \| .*\| 1/2 \| 0/2 \|$", md, re.M), md
+    assert "`stopped`: runs that ended before their last round without an error" in md
+    with open(tmp_path / "o" / "report.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [(t["label"], t["diverged"], t["stopped"]) for t in table] == [("A", "0", "1"), ("B", "1", "0")]
+    rows = report([str(tmp_path / "s")], str(tmp_path / "m"), by=["label"], stat="median", plots=False)
+    assert rows[0].stats["median"][0] == 2.5 and rows[0].stats["p90"][0] == pytest.approx(3.7)  # 1..4, not +inf
+    from fl_lightning.report.plots import _curve
+
+    assert _curve(rows[0], None)[1] == [9.0, 2.5, 2.5]  # rounds 1-3 of the four that finished
 
 
 def test_paper_ordering_with_a_tier_whose_order_is_not_stated(tmp_path):

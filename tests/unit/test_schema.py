@@ -224,6 +224,39 @@ def test_keys_lists_a_chosen_configs_keys_with_their_ranges_and_one_key_and_usag
     assert len(err) == 1 and err[0].startswith("error: keys:")
 
 
+def _listed(capsys, *argv) -> dict[str, str]:
+    """``keys ARGV``: {key: the type it shows}."""
+    from fl_lightning.config.keys import main
+
+    assert main(list(argv)) == 0
+    lines = [x for x in capsys.readouterr().out.splitlines() if x and not x.startswith(" ")]
+    return {x.split()[0]: x.split(None, 1)[1].rsplit("  (value ", 1)[0].strip() for x in lines}
+
+
+def test_keys_shows_a_type_for_every_key_of_a_chosen_config(capsys):
+    """Issue 65 item 13: a key no schema field or argument describes shows its value's type, not ``?``; a key that
+    feeds an argument through ``${oc.select:KEY,${OTHER}}`` takes that argument's type; null where a key takes it."""
+    kinds = _listed(capsys, "method=fedmuon")
+    assert "?" not in kinds.values(), {k: v for k, v in kinds.items() if v == "?"}
+    assert kinds["method.name"] == "a string" and kinds["method.comm.uplink"] == "a string"
+    assert kinds["method.aux_lr"] == "a number >= 0.0 (or null)"  # fl_lightning.optim.Muon's aux_lr
+    assert kinds["method.grad_clip"] == "a number > 0 (or null)"  # the schema's, in the same words
+    assert _listed(capsys, "data=cifar10")["data.augment"] == "true or false (or null)"
+
+
+def test_keys_leaves_out_data_download_which_the_top_level_download_replaced(capsys):
+    """Issue 65 item 13: ``data.download`` (still read from old configs, with a deprecation line) is not listed
+    beside the top-level ``download``; asked for by name it says what replaced it."""
+    assert "download" in all_keys()
+    listed = _listed(capsys, "data=cifar10")
+    assert "data.root" in listed and "data.download" not in listed
+    from fl_lightning.config.keys import main
+
+    assert main(["data=cifar10", "data.download"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("data.download") and "deprecated: use the top-level download" in out
+
+
 def test_a_keys_effect_on_the_config_hash_and_the_reports_setting_is_declared_on_its_field():
     """Hash rules are field metadata (issue 48 item 4): ``fl.rounds`` enters the config hash only under a schedule,
     ``data.val_fraction`` only when it holds a set out, a dataset's ``fake`` argument only when true (the real files hash

@@ -4,6 +4,7 @@ flwr-datasets is in the dev extra (Python 3.11+), so these run wherever the test
 from __future__ import annotations
 
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -114,3 +115,58 @@ def test_without_the_package_the_group_says_so_in_one_line(monkeypatch):
         flower("IidPartitioner")
     msg = str(err.value)
     assert "\n" not in msg and "needs the flwr-datasets package" in msg and 'pip install -e ".[flower]"' in msg
+
+
+def _split(partitioner: str, n: int, **args):
+    from fl_lightning.data.flower import flower as split
+
+    return split(LABELS, n, np.random.default_rng(0), partitioner=partitioner, **args)
+
+
+def test_a_partitioners_note_names_this_configs_key_not_flowers_old_argument(caplog):
+    """Issue 65 item 7: PathologicalPartitioner's note on unused classes advises Flower's old argument
+    ``first_class_deterministic_assignment=True``; the log line names ``data.partition.class_assignment_mode``, and
+    says nothing of it where the config already sets it."""
+    caplog.set_level("WARNING", logger="fl_lightning")
+    _split("PathologicalPartitioner", 4, num_classes_per_partition=2, class_assignment_mode="deterministic")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and lines[0].startswith("PathologicalPartitioner: Classes: [5, 6, 7, 8, 9] will NOT be used")
+    assert "first_class_deterministic_assignment" not in lines[0]
+    assert "consider setting data.partition.class_assignment_mode=first-deterministic" in lines[0]
+    caplog.clear()
+    _split("PathologicalPartitioner", 2, num_classes_per_partition=2, class_assignment_mode="first-deterministic")
+    lines = [r.getMessage() for r in caplog.records]  # 10 classes, 2 x 2 used: unused still, and nothing to advise
+    assert len(lines) == 1 and lines[0].endswith("will NOT be used due to the chosen configuration."), lines
+
+
+def test_library_deprecations_are_no_partitioner_notes(caplog, monkeypatch):
+    """Issue 65 item 7: a DeprecationWarning or FutureWarning raised inside a split (pyarrow's ``null_placement``
+    under ShardPartitioner) is no line of the run's log: it goes back to Python's warnings; a partitioner's own
+    warning is still one line."""
+    from flwr_datasets.partitioner import IidPartitioner
+
+    import fl_lightning.data.flower as fw
+
+    class Noisy(IidPartitioner):
+        def load_partition(self, partition_id):
+            warnings.warn("old_sort is deprecated", FutureWarning)
+            warnings.warn("old_api is deprecated", DeprecationWarning)
+            if partition_id == 0:
+                warnings.warn("partition 0 is small")
+            return super().load_partition(partition_id)
+
+    monkeypatch.setattr(fw, "classes", lambda: {"Noisy": Noisy})
+    caplog.set_level("WARNING", logger="fl_lightning")
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        parts = _split("Noisy", 3)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(N))
+    assert [r.getMessage() for r in caplog.records] == ["Noisy: partition 0 is small"]
+    assert {(w.category, str(w.message)) for w in shown} >= {(FutureWarning, "old_sort is deprecated"),
+                                                              (DeprecationWarning, "old_api is deprecated")}
+    caplog.clear()
+    monkeypatch.undo()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _split("ShardPartitioner", 4, num_shards_per_partition=2, shard_size=10)  # pyarrow >= 25: null_placement
+    assert not [r for r in caplog.records if "null_placement" in r.getMessage()]
