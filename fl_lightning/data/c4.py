@@ -48,10 +48,12 @@ SOURCES = ("hub", "files")
 
 def hub_shards(split: str, limit: int | None, arg: str, fetch: bool) -> list[str]:
     """The first ``limit`` (null: all) ``en/c4-<split>.NNNNN-of-MMMMM.json.gz`` files of allenai/c4 from the hub
-    cache (fetched with ``download=true``)."""
+    cache (fetched with ``download=true``); the missing ones are named in one line, with one command for them all."""
     total = HUB_SHARDS[split]
     names = [f"en/c4-{split}.{i:05d}-of-{total:05d}.json.gz" for i in range(min(int(limit or total), total))]
-    return [hub.resolve_file(HUB_REPO, name, arg, "dataset", fetch, "the C4 shard " + name + " of") for name in names]
+    every = f"en/c4-{split}.*-of-{total:05d}.json.gz" if len(names) == total else None  # null: the whole split
+    what = f"the {split} split ({len(names)} shard{'s' * (len(names) > 1)}) of"
+    return hub.resolve_files(HUB_REPO, names, arg, "dataset", fetch, what, every)
 
 
 def shards(root: str, pattern: str, limit: int | None, arg: str) -> list[str]:

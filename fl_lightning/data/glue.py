@@ -171,9 +171,10 @@ def hub_splits(key: str, source: str, root: str, fetch: bool):
     def files(folder: str, split: str) -> list[str]:
         return sorted(glob.glob(os.path.join(folder, config, f"{split}-*.parquet")))
 
-    snap = hub.resolve_snapshot(HUB_REPO, "source", "dataset", [f"{config}/train-*", f"{config}/{test_split}-*"],
-                                fetch, f"the GLUE task {config} of",
-                                need=lambda p: bool(files(p, "train") and files(p, test_split)))
+    wanted = {f"{config}/{split}-*.parquet": f"the {split} split of {config}" for split in ("train", test_split)}
+    snap = hub.resolve_snapshot(HUB_REPO, "source", "dataset", list(wanted), fetch, f"the GLUE task {config} of",
+                                lacking=lambda p: hub.gaps(p, wanted))
+    hub.quiet_telemetry()  # datasets' load counter: no socket when every file is cached (download=true or not)
     data_files = {"train": files(snap, "train"), test_split: files(snap, test_split)}
     dd = datasets.load_dataset("parquet", data_files=data_files, cache_dir=hub.datasets_cache())
     return dd["train"], dd[test_split]

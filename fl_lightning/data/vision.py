@@ -13,6 +13,7 @@ figures, e.g. seed 004's CIFAR std (0.2023, 0.1994, 0.2010)).
 from __future__ import annotations
 
 import os
+import re
 from typing import Annotated, NamedTuple
 
 import numpy as np
@@ -109,6 +110,10 @@ def mean_std(normalize, own: tuple[tuple, tuple]) -> tuple[tuple, tuple]:
     return mean, std
 
 
+# torchvision's own advice in its miss message (its download argument, not the run's download=true): left out
+_TORCHVISION_HINT = re.compile(r"\s*You can use download=True to download it\.?", re.IGNORECASE)
+
+
 def _one_line(err: Exception) -> str:
     return " ".join(str(err).split())
 
@@ -150,12 +155,17 @@ def _load(spec: _Spec, root: str, augment: bool | None, normalize="dataset", dow
                 train, test = cls(root, train=True, download=True), cls(root, train=False, download=True)
         else:
             train, test = cls(root, train=True, download=False), cls(root, train=False, download=False)
-    except RuntimeError as err:
+    except RuntimeError as err:  # torchvision's "Dataset not found ... You can use download=True ...": our fix only
+        found = _TORCHVISION_HINT.sub("", _one_line(err)).strip().rstrip(".")
+        fix = (f"add download=true to this command on a connected machine (it fetches {spec.cls_name} into "
+               f"{os.path.join(root, spec.folder)}) and copy that folder here, or point data.root at the directory "
+               f"that holds {spec.folder}")
+        if download:  # it already said download=true: torchvision fetched, then could not read what it fetched
+            fix = (f"delete {os.path.join(root, spec.folder)} and run again with download=true, or point data.root at "
+                   f"the directory that holds {spec.folder}")
         raise ConfigError(
             "root", f"{spec.cls_name} not found under {root!r} (torchvision looks for "
-                    f"{os.path.join(root, spec.folder)}) ({_one_line(err)})",
-            f"download it on a connected machine with torchvision.datasets.{spec.cls_name}(root, download=True) and copy "
-            f"the folder there, point root at the directory that holds it, or add download=true") from None
+                    f"{os.path.join(root, spec.folder)}{': ' + found if found else ''})", fix) from None
     except (OSError if download else ()) as err:  # download=true without a network (URLError is an OSError)
         raise ConfigError("download", f"could not download {spec.cls_name} into {root!r} ({_one_line(err)})",
                           "download on a connected machine and copy the folder, then run without download=true") from None

@@ -190,7 +190,8 @@ def test_a_missing_item_is_one_line_naming_it_the_cache_and_the_fetch(hub_home, 
                        tmp_path / "run")
     line = one_line_error(p, "nyu-mll/glue is not in the Hugging Face cache",
                           f"looked in {empty}/hub/datasets--nyu-mll--glue", "download=true",
-                          "hf download nyu-mll/glue --include 'rte/train-*' 'rte/validation-*' --repo-type dataset")
+                          "hf download nyu-mll/glue --include 'rte/train-*.parquet' --include 'rte/validation-*.parquet' "
+                          "--repo-type dataset")
     assert "data.source:" in line
     write_glue(empty, tmp_path / "glue", {"train": rte_rows(8, 0), "validation": rte_rows(4, 1)})
     p = cli_in_process(["experiment=glue_lora", "data.task=rte", "fl.rounds=1", "trainer.accelerator=cpu"],
