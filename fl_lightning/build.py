@@ -119,8 +119,11 @@ def make_fabric(cfg: DictConfig, run_dir: str):
         msg = " ".join(str(err).split())
         key = next((f"trainer.{k}" for k in ("strategy", "precision", "accelerator", "devices", "num_nodes")
                     if k in msg), "trainer")
+        from .config.checks import example, value_text
+
+        ex = f"set e.g. {key}={value_text(example(key))} " if key != "trainer" else ""
         raise ConfigError(key, f"Lightning Fabric refused it: {msg[:300]}",
-                          "see the valid values in conf/config.yaml (trainer:)") from None
+                          f"{ex}(python -m fl_lightning.config.keys {key} says its values)") from None
 
 
 def shared_devices(t: DictConfig):
@@ -182,8 +185,26 @@ def check_model_memory(cfg: DictConfig, info, device: torch.device, copies: int 
         n = sum(p.numel() for p in net.parameters())
         raise ConfigError("model", f"{n / 1e6:,.1f} M parameters need at least {_size(copies * size)} on "
                           f"{device.type} (weights, gradients, the global copy) but {_size(avail)} is free",
-                          "choose a smaller model (model=<name> or its size keys such as model.net.hidden), "
+                          f"choose a smaller model (model=<name> or its size keys: {size_keys(cfg.model)}), "
                           "or run where more memory is free")
+
+
+def size_keys(model: DictConfig) -> str:
+    """The keys of a model's config that size it (``model.net.hidden_size``, ``model.net.layers``, ...): its
+    whole-number keys and lists of them (widths, depths, heads, vocabularies)."""
+    plain = OmegaConf.to_container(model, resolve=True)
+    found = []
+
+    def walk(node, prefix):
+        for k, v in node.items():
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}.")
+            elif not str(k).startswith("_") and (isinstance(v, int) and not isinstance(v, bool) and v > 1 or (
+                    isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool) for x in v))):
+                found.append(f"model.{prefix}{k}")
+
+    walk(plain, "")
+    return ", ".join(found) or "model.net.*"
 
 
 def activation_bytes(module, data, fabric) -> int:
@@ -213,11 +234,11 @@ def _check_launcher(fabric) -> None:
                           "starts them from a function", "use trainer.strategy=ddp")
 
 
-def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, resume: str | None = None, _data=None):
+def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, resume: str | None = None):
     """Everything a run needs. Returns the FederatedLoop (with ``.fabric``, ``.module``, ``.data``, ``.strategy``).
     ``checked``: :func:`fl_lightning.config.check_run` already ran on ``cfg`` (the CLI does, once); otherwise it runs here.
     ``resume``: the run directory this run continues (its saved config decides what ``auto`` precisions and
-    ``trainer.cohort`` / ``trainer.compile`` resolve to). ``_data``: the run's data, already built (the probe's runs)."""
+    ``trainer.cohort`` / ``trainer.compile`` resolve to)."""
     saved = os.path.join(resume, "config.yaml") if resume else None
     if not checked:
         check_run(cfg)  # the config's one check (the CLI runs it before torch loads): nothing below re-checks cfg
@@ -241,7 +262,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     torch.manual_seed(int(cfg.seed))
     hub.configure(bool(cfg.get("download", False)))  # offline unless download=true (fl_lightning/data/hub.py)
     auto = str(cfg.fl.num_clients) == "auto"
-    data = _data or build_federated_data(cfg.data, None if auto else int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
+    data = build_federated_data(cfg.data, None if auto else int(cfg.fl.num_clients), int(cfg.seed), fabric.device)
     if auto:  # the partition decided (one client per natural group): record it and check what depends on it
         with open_dict(cfg):
             cfg.fl.num_clients = data.num_clients
@@ -249,10 +270,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     if fabric.global_rank == 0:
         log.info("data %s: %s", cfg.data.get("name"), data.stats.summary())
     check_model_memory(cfg, data.info, fabric.device)
-    with fabric.init_module():
-        torch.manual_seed(int(cfg.seed))
-        module = build_model(cfg.model, data.info)
-    module = module.to(fabric.device)
+    module = _module(cfg, data, fabric)
     if auto_threads_later:  # auto: once, now that the model's size is known (a small model gets one thread)
         apply_threads(cfg, sum(p.numel() for p in module.parameters()) if fabric.device.type == "cpu" else None)
     strategy = build_strategy(cfg.method, checked=True)
@@ -264,6 +282,20 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
         cfg, OmegaConf.load(saved) if saved and os.path.exists(saved) else None, fabric.device, fabric.world_size,
         bound, lambda k, mode: probe_seconds(cfg, fabric, data, k, mode),
         lambda s: s * clients * int(cfg.fl.local_steps or 0) * int(cfg.fl.rounds) or None)
+    return loop_of(cfg, run_dir, fabric, data, module, strategy)
+
+
+def _module(cfg: DictConfig, data, fabric):
+    """The run's model on its device, its initial weights drawn from ``seed``."""
+    with fabric.init_module():
+        torch.manual_seed(int(cfg.seed))
+        module = build_model(cfg.model, data.info)
+    return module.to(fabric.device)
+
+
+def loop_of(cfg: DictConfig, run_dir: str, fabric, data, module, strategy) -> FederatedLoop:
+    """The loop over built parts (``trainer.cohort`` / ``trainer.compile`` resolved): its client store, checkpointer and
+    recorder, and how the local step runs."""
     cohort = cfg.trainer.cohort
     check_cohort_memory(int(cohort), module, available_memory(fabric.device), strategy)
     rank, world = fabric.global_rank, fabric.world_size
@@ -305,7 +337,9 @@ def probe_seconds(cfg: DictConfig, fabric, data, k: int, mode: str) -> float:
     loop = None
     try:
         with tempfile.TemporaryDirectory(prefix="fl_probe_") as tmp:
-            loop = build(probe, tmp, fabric=fabric, checked=True, _data=data)
+            torch.manual_seed(int(probe.seed))
+            loop = loop_of(probe, tmp, fabric, data, _module(probe, data, fabric),
+                           build_strategy(probe.method, checked=True))
             loop.setup()
             received = {key: m.tensor for key, m in loop.strategy.broadcast(0).items()}
             timed = 2 if k == 1 else k  # clients timed: one cohort, or two one at a time

@@ -111,7 +111,8 @@ def resolve(cfg: DictConfig, saved: DictConfig | None, device, world: int, bound
                         "again", why)
     if device_kind(device) != "cuda":
         out = _set(cfg, {k: v for k, v in (("cohort", 1), ("compile", "none")) if auto[k]})
-        log.info("trainer.cohort=auto trainer.compile=auto -> %s on %s (a cohort and a CUDA graph are GPU paths)",
+        # nothing was chosen (the defaults' one value off CUDA; the config holds it): not a line at INFO level
+        log.debug("trainer.cohort=auto trainer.compile=auto -> %s on %s (a cohort and a CUDA graph are GPU paths)",
                  " ".join(f"{k}={v}" for k, v in out.items()), device_kind(device))
         return out
     k_max, why = bound() if auto["cohort"] else (int(t.cohort), "given")

@@ -8,8 +8,9 @@ local optimizer over the stacked parameters (an elementwise optimizer, whose upd
 or Muon, which orthogonalizes each row's matrix on its own). K clients' steps cost about one client's launches
 (FedAvg on the default CNN: 8 ops per client-step at K = 8 against 33 sequential): the GPU path for the small
 models of cross-device work (docs/benchmarks.md, "A cohort of clients"). On a CPU it is no faster, so the default
-is 1. Under ``trainer.compile=step`` each client's loss and gradient are functions (``vmap(grad_and_value)``),
-compiled into one graph.
+is 1. The step is the one local step (``fl_lightning/step/``) with a batched loss (``cohort/step.py``), run
+through the one capture wrapper: under ``trainer.compile=step`` the whole cohort step is compiled, once a run (its
+optimizer is the run's one object over the stacked parameters, reset in place for each cohort).
 
 Each client keeps what makes it itself: its batches come from its own (seed, client, round) stream and are padded to
 the data's batch size with a 0/1 row mask (its loss is the mean over its real rows, as in the sequential step), its
@@ -45,7 +46,7 @@ from .context import CohortContext
 from .dropout import CohortDropout, dropout_sites
 from .forward import CohortServices, StackedForward
 from .memory import AUTO_FRACTION, KEY, STACKED_COPIES, check_cohort_memory, client_bytes  # noqa: F401
-from .optimizer import ClientByClient, copy_of
+from .optimizer import ClientByClient, copy_of, optimizer_mode, stacked_optimizer
 from .step import CohortStep
 
 log = logging.getLogger("fl_lightning")
@@ -72,7 +73,7 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
                           "use trainer.compile=step (or none) with trainer.cohort, or trainer.cohort=1")
     for p in strategy.parts:
         if p.provides_optimizer:
-            mode, reason = p.cohort_mode()
+            mode, reason = optimizer_mode(p)
             if mode is None:
                 raise ConfigError(KEY, f"method {strategy.name!r}: its local optimizer cannot run batched ({reason})",
                                   "use trainer.cohort=1")
@@ -182,31 +183,32 @@ class Cohort:
         once, one graph)."""
         check_cohort(run.strategy, run.module, size, capture.mode)
         self.run, self.size, self.device = run, int(size), run.fabric.device
-        grads = None
         self.names = list(run.params)
-        if self.device.type == "cpu":  # torch has no vmap rule for the CPU's fused attention (it would loop over the
-            for m in run.module.modules():  # clients): timm's attention written out instead, batched matmuls
-                if isinstance(getattr(m, "fused_attn", None), bool):
-                    m.fused_attn = False
+        # torch has no vmap rule for the CPU's fused attention (it would loop over the clients): while a cohort trains,
+        # timm's attention is written out instead (batched matmuls); evaluation keeps the fused kernel
+        self._fused = [m for m in run.module.modules() if getattr(m, "fused_attn", None) is True] \
+            if self.device.type == "cpu" else []
         self.dropout = CohortDropout(run.module, self.device)  # each client's masks from its own stream
         self.forward = StackedForward(run.fabric, run.module, self.names, self.dropout)
         self.services = CohortServices(self.forward)  # what the parts may ask for, nothing more
-        if capture.mode == "step":
-            from ..step.compiled import compile_cache
-
-            compile_cache()  # inductor's code cached per CPU ISA under the package's cache folder
-            grads = torch.compile(self.forward.grads, backend=capture.backend)
-        self.step = CohortStep(self.forward, run.strategy, grads)
-        mode, why = run.strategy.optimizer_part().cohort_mode()
+        self.step = capture.wrap(CohortStep(self.forward, run.strategy))  # the one capture wrapper (trainer.compile)
+        mode, why = optimizer_mode(run.strategy.optimizer_part())
         self.per_client = mode == "per_client"  # each client's own optimizer on its rows (cohort/optimizer.py)
         if self.per_client and run.rank == 0:
             log.info("trainer.cohort: the local optimizer steps each client's rows with its own optimizer (%s)", why)
         self._buffers: tuple[int, dict[str, Tensor]] = (0, {})  # (K, the stacked parameters) of the last cohort size
+        self._optimizers: dict[int, torch.optim.Optimizer] = {}  # K -> the optimizer over those stacked parameters
 
     def train(self, cids: list[int], r: int, received: dict[str, Tensor], lr_f: float) -> Iterator[tuple[int, dict, float]]:
         """``(client, uploads, mean loss)`` for each of ``cids``, in order."""
-        for i in range(0, len(cids), self.size):
-            yield from self._train_cohort(cids[i:i + self.size], r, received, lr_f)
+        for m in self._fused:
+            m.fused_attn = False
+        try:
+            for i in range(0, len(cids), self.size):
+                yield from self._train_cohort(cids[i:i + self.size], r, received, lr_f)
+        finally:
+            for m in self._fused:
+                m.fused_attn = True
 
     # ---------------------------------------------------------------------------------------------- one cohort
     def _train_cohort(self, cids, r, received, lr_f):
@@ -239,7 +241,9 @@ class Cohort:
         if self.per_client:
             optimizer = ClientByClient(own, [run.params[n] for n in self.names], [stacked[n] for n in self.names])
         else:
-            optimizer = opt_part.cohort_optimizer(clients[-1].optimizer, hparams, stacked, self.names, run.params)
+            optimizer = stacked_optimizer(opt_part, clients[-1].optimizer, hparams, stacked, run.params,
+                                          self._optimizers.get(K))
+            self._optimizers[K] = optimizer  # the run's one optimizer of this cohort size, reset in place
             load_rows(optimizer, clients[-1].optimizer, states, corrections, stacked, self.names, run.params)
         ctx = CohortContext(clients, stacked, run.global_params, torch.ones(K, dtype=torch.bool, device=device),
                             optimizer=optimizer, services=self.services)
@@ -348,6 +352,7 @@ class Cohort:
             params = self.run.params
             self._buffers = (K, {n: torch.empty((K, *params[n].shape), dtype=params[n].dtype, device=params[n].device)
                                  for n in self.names})
+            self._optimizers.clear()  # over the buffers of another size
         stacked = self._buffers[1]
         for t in stacked.values():
             t.grad = None

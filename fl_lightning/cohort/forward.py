@@ -72,18 +72,6 @@ class StackedForward:
         flat = {k: v.reshape(K * B, *v.shape[2:]) for k, v in batch.items()}
         return self.module.sample_losses_of(out.reshape(K * B, *out.shape[2:]), flat).view(K, B)
 
-    def grads(self, params: dict[str, Tensor], batch: dict, mask: Tensor, count: Tensor):
-        """``(gradients (K, ...), losses (K,))``: each client's loss and its gradient as functions of the stacked
-        parameters (``torch.func.grad_and_value`` under ``vmap``): the form ``trainer.compile=step`` compiles."""
-        loss_of = self.module.sample_losses_of if self.losses.split else None
-
-        def one(ps, b, m, c):
-            out = torch.func.functional_call(self.losses, {f"m.{n}": t for n, t in ps.items()}, (b,), strict=False)
-            return ((loss_of(out, b) if loss_of is not None else out) * m).sum() / c
-
-        with self.fabric.autocast():
-            return torch.vmap(torch.func.grad_and_value(one))(params, batch, mask, count)
-
 
 class CohortServices:
     """What a cohort's parts may ask for (:attr:`CohortContext.services`), and nothing else: each client's gradient

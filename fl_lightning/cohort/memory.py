@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError
-from ..strategies.parts.local_optimizer import COHORT_KEY as KEY
+
+KEY = "trainer.cohort"  # the key a cohort's refusals name
 
 # a guess for an optimizer whose adapter cannot say its state: two moments per parameter (Adam's)
 UNKNOWN_STATE_COPIES = 2

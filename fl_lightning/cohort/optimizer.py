@@ -18,7 +18,89 @@ import copy
 import torch
 from torch import Tensor
 
-from ..optim.state import is_fresh, mark_imported
+from ..errors import ConfigError
+from ..optim.row_adam import RowAdam
+from ..optim.state import allocate, is_fresh, mark_imported, reset_in_place
+from .memory import KEY
+
+# torch.optim optimizers whose update of an entry reads only that entry's gradient and state (and shared numbers):
+# run over a cohort's stacked parameters, each client's rows take exactly its own step
+ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad")
+
+
+def optimizer_mode(part) -> tuple[str | None, str]:
+    """How a cohort steps the optimizer ``part`` builds (the part that ``provides_optimizer``): ``("stacked", "")``,
+    one optimizer over the stacked parameters (an elementwise ``torch.optim`` optimizer, or one with ``cohort_form``
+    'elementwise' / 'rows'; under ``state=persistent`` its per-client counters held per client: RowAdam for Adam/AdamW,
+    the optimizer's own ``cohort_counters``), ``("per_client", why)``: each client's own optimizer on its rows
+    (:class:`ClientByClient`; the part gives ``new_optimizer(client)``), or ``(None, why)``: not at all (a part that
+    does not declare its optimizer's ``factory``; refused at build)."""
+    factory = getattr(part, "factory", None)
+    if factory is None or not callable(getattr(part, "new_optimizer", None)):
+        return None, "it declares no optimizer factory"
+    probe = torch.nn.Parameter(torch.zeros(2, 2))
+    opt = factory([probe])
+    cls = type(opt)
+    if getattr(part, "persistent", False):  # the clients' own counters (Adam's step) differ with their rounds
+        probe.grad = torch.zeros_like(probe)
+        opt.step()
+        counters = [k for st in opt.state.values() for k, v in st.items()
+                    if isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.dim() == 0)]
+        rowed = RowAdam.cohort_counters if _row_adam(opt) else getattr(cls, "cohort_counters", ())
+        counters = [k for k in counters if k not in rowed]
+        if counters:
+            return "per_client", (f"state=persistent with {cls.__name__}'s per-client counter {counters[0]!r}, "
+                                  "which one stacked state cannot hold")
+    torch_elementwise = cls.__module__.split(".")[:2] == ["torch", "optim"] and cls.__name__ in ELEMENTWISE
+    if not torch_elementwise and getattr(cls, "cohort_form", None) not in ("elementwise", "rows"):
+        return "per_client", f"{cls.__name__} has no batched form"
+    return "stacked", ""
+
+
+def _row_adam(opt: torch.optim.Optimizer) -> bool:
+    """Whether a cohort steps ``opt``'s clients with :class:`RowAdam` (each client's step count its own): torch's
+    Adam or AdamW without AMSGrad or ``maximize``."""
+    return type(opt) in (torch.optim.Adam, torch.optim.AdamW) and not any(
+        g.get("amsgrad") or g.get("maximize") for g in opt.param_groups)
+
+
+def stacked_optimizer(part, template: torch.optim.Optimizer, hparams: list[list[dict]], stacked: dict,
+                      params: dict, kept: torch.optim.Optimizer | None = None) -> torch.optim.Optimizer:
+    """The optimizer over a cohort's stacked parameters: ``template``'s class and groups, each group's settings as
+    every client's start left them (``hparams``, one list per client: the same for all, or refused), its state fresh
+    as the part's ``build`` makes it. An elementwise optimizer's step of a row is that client's step. ``kept``: the
+    run's optimizer over the same stacked parameters (an earlier cohort's), reset in place to these values and
+    returned (allocated once a run: a compiled or captured step reads the same object and state tensors)."""
+    def same(a, b):
+        return len(a) == len(b) and all(ga.keys() == gb.keys() and all(
+            torch.equal(ga[k], gb[k]) if isinstance(ga[k], torch.Tensor) else ga[k] == gb[k] for k in ga)
+            for ga, gb in zip(a, b))
+    if any(not same(h, hparams[0]) for h in hparams[1:]):
+        raise ConfigError(KEY, "the clients of a round start with different optimizer settings",
+                          "use trainer.cohort=1 for this method")
+    name_of = {id(p): n for n, p in params.items()}
+    groups = [{**h, "params": [stacked[name_of[id(p)]] for p in g["params"]]}
+              for g, h in zip(template.param_groups, hparams[0])]
+    cls = type(template)
+    if getattr(part, "persistent", False) and _row_adam(template):  # the clients' step counts differ: one per row
+        opt = RowAdam(groups, template.defaults)
+    elif getattr(cls, "cohort_form", None) is None:  # torch.optim: its constructor takes complete groups
+        opt = cls(groups)
+    else:  # the groups as the template's constructor made them; its other attributes fresh
+        opt = cls.__new__(cls)
+        torch.optim.Optimizer.__init__(opt, groups, template.defaults)
+        for k, v in vars(template).items():
+            if k not in ("param_groups", "state", "defaults") and not k.startswith("_"):
+                setattr(opt, k, {} if isinstance(v, dict) else v)
+        if cls.cohort_form == "rows":
+            opt.rows = len(next(iter(stacked.values())))
+    if kept is not None and type(kept) is type(opt):
+        try:
+            return reset_in_place(kept, opt)
+        except ValueError:  # other parameters: a new one
+            pass
+    allocate(opt)
+    return opt
 
 
 class ClientByClient:

@@ -12,23 +12,15 @@ from .forward import StackedForward
 
 
 class CohortStep(LocalStep):
-    """``step(cohort, batch, k) -> losses (K,)``. ``grads``: the gradients as a compiled function
-    (:meth:`StackedForward.grads` through ``torch.compile``), or None for the eager backward. On a step that not every
-    client takes (``cohort.all_active`` False: planned on the host), the finished clients' rows of the parameters and
+    """``step(cohort, batch, k) -> losses (K,)``. On a step that not every client takes (``cohort.all_active`` False: planned on the host), the finished clients' rows of the parameters and
     optimizer state are put back after it, and state the step created is zero in their rows."""
 
-    def __init__(self, forward: StackedForward, strategy, grads=None):
+    def __init__(self, forward: StackedForward, strategy):
         super().__init__(strategy, {})
-        self.forward, self.grads = forward, grads
+        self.forward = forward
 
     def loss_and_grads(self, ctx: CohortContext, batch: dict, k: int) -> Tensor:
-        stacked = ctx.params
-        if self.grads is not None:  # trainer.compile=step: the gradients as a function, compiled (one graph)
-            grads, loss = self.grads({n: t.detach() for n, t in stacked.items()}, batch, ctx.mask, ctx.count)
-            for n, t in stacked.items():
-                t.grad = grads[n]
-            return loss
-        loss = self.forward.client_losses(stacked, batch, ctx.mask, ctx.count)
+        loss = self.forward.client_losses(ctx.params, batch, ctx.mask, ctx.count)
         loss.sum().backward()
         return loss
 

@@ -18,7 +18,7 @@ for the whole run, and no number of the step to change behind its back:
   tensors, sync nothing to the host and branch on no tensor's value; a host number they read is planned before the
   step (``before_step``) and declared (``Part.graph_plan``): a step whose plan differs from the captured one (Sophia's
   refresh every τ steps, the last step of seed 003's order) runs eagerly, and a change at a client's start (a round's
-  clipping thresholds) captures the step again; a number read as a 0-d tensor under :func:`fl_lightning.strategies.base.capturing` is filled in
+  clipping thresholds) captures the step again; a number read through ``ClientContext.number`` is, while captured (``traced``), its 0-d tensor filled in
   place. tests/system/test_part_writes.py holds every graph-safe part to this, and docs/usage.md lists the methods
   that replay (:func:`replay_table`).
 

@@ -238,10 +238,9 @@ def graph_violations(part, client, run, plan_ref) -> list[str]:
 
 def graph_safety(loop, rounds: int = 2) -> dict[str, list[str]]:
     """Run ``rounds`` of ``loop`` with its graph-safe parts' step hooks run as while captured
-    (``fl_lightning.strategies.base.capturing()`` true) and watched at every step a replay would take (its planned values, the parts'
+    (``client.traced`` true: planned numbers read as their tensors) and watched at every step a replay would take (its planned values, the parts'
     ``graph_plan``, those of the client's first step); what each part did that a replay could not."""
     from fl_lightning.step import graphed as graphed_step
-    from fl_lightning.strategies import base as strategies_base
 
     found: dict[str, list[str]] = {}
     first: dict[int, tuple] = {}  # id(client) -> the plan of its first step (the captured one)
@@ -256,18 +255,18 @@ def graph_safety(loop, rounds: int = 2) -> dict[str, list[str]]:
                 p = graphed_step.plan(client, loop.strategy)
                 if first.setdefault(id(client), p) != p:  # an eager step under graphs
                     return _run(client)
-                for v in graph_violations(_part, client, _run, p):
+                client.traced = True  # as the capture wrapper sets it while a graph is captured
+                try:
+                    violations = graph_violations(_part, client, _run, p)
+                finally:
+                    client.traced = False
+                for v in violations:
                     found.setdefault(_part.name, [])
                     if v not in found[_part.name]:
                         found[_part.name].append(v)
             setattr(part, hook, watched)
-    saved = strategies_base.capturing
-    strategies_base.capturing = lambda: True
-    try:
-        for r in range(rounds):
-            loop.run_round(r)
-    finally:
-        strategies_base.capturing = saved
+    for r in range(rounds):
+        loop.run_round(r)
     return found
 
 

@@ -20,17 +20,10 @@ import torch
 
 from ...config import blame
 from ...errors import ConfigError
-from ...optim.row_adam import RowAdam
 from ...optim.state import allocate, export_optimizer_state, import_optimizer_state, reset_in_place
 from ..base import ClientContext, Part
 from ..records import Field, Record
 
-
-COHORT_KEY = "trainer.cohort"
-ROW_ADAM_COUNTERS = RowAdam.cohort_counters
-# torch.optim optimizers whose update of an entry reads only that entry's gradient and state (and shared numbers):
-# run over a cohort's stacked parameters (fl_lightning/cohort/), each client's rows take exactly its own step
-ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "RMSprop", "Adagrad")
 
 
 class LocalOptimizer(Part):
@@ -39,7 +32,7 @@ class LocalOptimizer(Part):
     provides_optimizer = True  # the Strategy's required slot: built before any other part's client_start
     # trainer.compile=graphs: no step hooks; the run's one optimizer, its state zeroed in place for each client or (state=
     # persistent) each client's imported in place (optim/state.py); whether its step replays is its adapter's call
-    # (graphed_step.unsupported: state allocated once, counts on the device)
+    # (step/graphed.py's unsupported: state allocated once, counts on the device)
     graph_safe = True
 
     def __init__(self, optimizer: Callable, state: str = "reset", param_groups: Callable | None = None):
@@ -85,29 +78,6 @@ class LocalOptimizer(Part):
             if flat:
                 import_optimizer_state(client.optimizer, flat)
 
-    def cohort_mode(self) -> tuple[str, str]:
-        """How a cohort (``trainer.cohort``) steps this optimizer: ``("stacked", "")``, one optimizer over the stacked
-        parameters (an elementwise ``torch.optim`` optimizer, or one with ``cohort_form`` 'elementwise' / 'rows';
-        under ``state=persistent`` its per-client counters held per client: RowAdam for Adam/AdamW, the optimizer's
-        own ``cohort_counters``), or ``("per_client", why)``: each client's own optimizer on its rows."""
-        probe = torch.nn.Parameter(torch.zeros(2, 2))
-        opt = self.factory([probe])
-        cls = type(opt)
-        if self.persistent:  # the clients' own counters (Adam's step) differ with their rounds
-            probe.grad = torch.zeros_like(probe)
-            opt.step()
-            counters = [k for st in opt.state.values() for k, v in st.items()
-                        if isinstance(v, (int, float)) or (isinstance(v, torch.Tensor) and v.dim() == 0)]
-            rowed = ROW_ADAM_COUNTERS if self._row_adam(opt) else getattr(cls, "cohort_counters", ())
-            counters = [k for k in counters if k not in rowed]
-            if counters:
-                return "per_client", (f"state=persistent with {cls.__name__}'s per-client counter {counters[0]!r}, "
-                                      "which one stacked state cannot hold")
-        torch_elementwise = cls.__module__.split(".")[:2] == ["torch", "optim"] and cls.__name__ in ELEMENTWISE
-        if not torch_elementwise and getattr(cls, "cohort_form", None) not in ("elementwise", "rows"):
-            return "per_client", f"{cls.__name__} has no batched form"
-        return "stacked", ""
-
     def new_optimizer(self, client: ClientContext) -> torch.optim.Optimizer:
         """A new optimizer as :meth:`build` makes it for ``client`` (the factory's, its lr scaled), not the run's
         shared one: a cohort's per-client copy (``fl_lightning/cohort/optimizer.py``)."""
@@ -117,45 +87,6 @@ class LocalOptimizer(Part):
             for k in list(g):
                 if k.endswith("lr") and isinstance(g[k], (int, float)):
                     g[k] = g[k] * client.lr_factor
-        return opt
-
-    @staticmethod
-    def _row_adam(opt: torch.optim.Optimizer) -> bool:
-        """Whether a cohort steps ``opt``'s clients with :class:`RowAdam` (each client's step count its own): torch's
-        Adam or AdamW without AMSGrad or ``maximize``."""
-        return type(opt) in (torch.optim.Adam, torch.optim.AdamW) and not any(
-            g.get("amsgrad") or g.get("maximize") for g in opt.param_groups)
-
-    def cohort_optimizer(self, template: torch.optim.Optimizer, hparams: list[list[dict]], stacked: dict,
-                         names: list[str], params: dict) -> torch.optim.Optimizer:
-        """The optimizer over a cohort's stacked parameters (``fl_lightning/cohort/``): ``template``'s class and
-        groups, each group's settings as every client's start left them (``hparams``, one list per client: the
-        same for all, or refused), its state fresh as :meth:`build` makes it. An elementwise optimizer's step of a
-        row is that client's step."""
-        def same(a, b):
-            return len(a) == len(b) and all(ga.keys() == gb.keys() and all(
-                torch.equal(ga[k], gb[k]) if isinstance(ga[k], torch.Tensor) else ga[k] == gb[k] for k in ga)
-                for ga, gb in zip(a, b))
-        if any(not same(h, hparams[0]) for h in hparams[1:]):
-            raise ConfigError(COHORT_KEY, "the clients of a round start with different optimizer settings",
-                              "use trainer.cohort=1 for this method")
-        name_of = {id(p): n for n, p in params.items()}
-        groups = [{**h, "params": [stacked[name_of[id(p)]] for p in g["params"]]}
-                  for g, h in zip(template.param_groups, hparams[0])]
-        cls = type(template)
-        if self.persistent and self._row_adam(template):  # the clients' step counts differ: one per row
-            opt = RowAdam(groups, template.defaults)
-        elif getattr(cls, "cohort_form", None) is None:  # torch.optim: its constructor takes complete groups
-            opt = cls(groups)
-        else:  # the groups as the template's constructor made them; its other attributes fresh
-            opt = cls.__new__(cls)
-            torch.optim.Optimizer.__init__(opt, groups, template.defaults)
-            for k, v in vars(template).items():
-                if k not in ("param_groups", "state", "defaults") and not k.startswith("_"):
-                    setattr(opt, k, {} if isinstance(v, dict) else v)
-            if cls.cohort_form == "rows":
-                opt.rows = len(next(iter(stacked.values())))
-        allocate(opt)
         return opt
 
     class State(Record):
