@@ -1,4 +1,4 @@
-"""Entry point: ``python train.py [overrides]`` (see README). Composes conf/ with Hydra and runs one federated job."""
+"""Entry point: ``python3 train.py [overrides]`` (see README). Composes conf/ with Hydra and runs one federated job."""
 import os
 import sys
 

@@ -7,6 +7,7 @@ import errno
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
 
@@ -17,7 +18,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from . import peers, signals, slurm
 from .errors import FLError, NonFiniteLossError, StopRequested
-from .progress import set_enabled
+from .progress import _stream_handlers, set_enabled
 from .run_dir import (CONTROL, OVERRIDES_FILE, RunDirLock, in_sweep, override_key, resume_hint, saved_overrides, task_overrides,
                       guard_fresh_run, merge_overrides, resume_command, resume_config)
 from .config import CONFIG_GROUPS, OPTIONAL_GROUPS, register
@@ -98,11 +99,81 @@ def _check_group(key: str, val: str, dirs: list[str]) -> None:
              f"kept elsewhere are found with hydra.searchpath=[file://DIR] where DIR holds {key}/{val}.yaml)")
 
 
+# ``--name`` options a user may type for a key whose last part is another word (used only where the key exists)
+OPTION_KEYS = {"epochs": "fl.local_epochs", "local_epochs": "fl.local_epochs", "steps": "fl.local_steps",
+               "clients": "fl.num_clients", "lr": "method.lr", "learning_rate": "method.lr", "bs": "data.batch_size",
+               "device": "trainer.accelerator", "accelerator": "trainer.accelerator", "gpus": "trainer.devices",
+               "out": "hydra.run.dir", "output": "hydra.run.dir", "output_dir": "hydra.run.dir",
+               "outdir": "hydra.run.dir", "run_dir": "hydra.run.dir"}
+_NOT_SET = ("run_dir", "tables", "paper")  # schema keys a command line does not set (run_dir: hydra.run.dir)
+
+
+def check_options(argv: list[str], conf_dir: str) -> None:
+    """``--rounds 3`` (an option Hydra's command line does not have, which argparse would answer with its usage):
+    one line saying that keys are set as ``key=value``, with the key whose last part is the option's name
+    (``fl.rounds=3``), exit 2."""
+    from hydra._internal.utils import get_args_parser
+
+    known = [o for o in get_args_parser()._option_string_actions]
+    for i, arg in enumerate(argv):
+        name, eq, val = arg.partition("=")
+        if not name.startswith("-") or name in ("-", "--") or name in known:
+            continue
+        if name.startswith("--") and any(o.startswith(name) for o in known if o.startswith("--")):
+            continue  # a prefix of Hydra's long options: argparse's (--multi: --multirun; --config: ambiguous)
+        if not eq and i + 1 < len(argv) and not argv[i + 1].startswith("-") and "=" not in argv[i + 1]:
+            val = argv[i + 1]
+        key = option_key(name.lstrip("-").replace("-", "_").lower(), argv, conf_dir)
+        if key:
+            fail(f"unknown option {name}; keys are set as key=value: {key}={shlex.quote(val) if val else '...'}")
+        fail(f"unknown option {name}; keys are set as key=value, e.g. fl.rounds=3 (the keys: python3 -m "
+             "fl_lightning.config.keys)")
+
+
+def option_key(word: str, argv: list[str], conf_dir: str) -> str | None:
+    """The config key an option ``--word`` meant: a schema key whose last part is ``word`` (``rounds`` ->
+    ``fl.rounds``, ``seed`` -> ``seed``), else :data:`OPTION_KEYS`' key for it, else a key of the config composed
+    with the command line's group choices whose last part is ``word`` (``width`` -> ``model.net.width``); None if
+    there is none."""
+    from .config.schema import all_keys
+
+    schema = [k for k in all_keys() if k not in _NOT_SET]
+    same = [k for k in schema if k.rsplit(".", 1)[-1] == word]
+    if same:
+        return min(same, key=lambda k: (len(k), k))
+    alias = OPTION_KEYS.get(word)
+    if alias and (alias in schema or alias.startswith("hydra.") or alias in GROUPS):
+        return alias
+    try:  # the keys of the config the command line's groups compose (a method's lr, a model's width)
+        rest = [a for a in argv if not a.startswith("-") and "=" in a and override_key(a) in GROUPS]
+        with initialize_config_dir(config_dir=conf_dir, version_base="1.3"):
+            composed = compose(config_name="config", overrides=rest)
+        keys = set(_flat_keys(OmegaConf.to_container(composed, resolve=False)))
+    except Exception:  # noqa: BLE001 - a command line that does not compose: no key to name
+        return None
+    if alias in keys:
+        return alias
+    same = [k for k in keys if k.rsplit(".", 1)[-1] == word and not k.startswith(_NOT_SET)]
+    return min(same, key=lambda k: (k.count("."), len(k), k)) if same else None
+
+
+def _flat_keys(node, prefix: str = "") -> list[str]:
+    if not isinstance(node, dict):
+        return []
+    out = []
+    for k, v in node.items():
+        name = f"{prefix}{k}"
+        out.append(name)
+        out.extend(_flat_keys(v, name + "."))
+    return out
+
+
 def prepare(argv: list[str], conf_dir: str) -> list[str]:
-    """What ``train.py`` does before Hydra composes: group names and the schema's keys checked (torch-free, one line
-    each), and for ``resume=DIR`` the run's saved overrides put under the new ones, so that Hydra composes the
-    resumed run's config once (a key only the resumed run has, e.g. ``model.net.pretrained_path``, is accepted).
-    Returns the overrides to compose."""
+    """What ``train.py`` does before Hydra composes: an option Hydra does not have (``--rounds 3``), group names and
+    the schema's keys checked (torch-free, one line each), and for ``resume=DIR`` the run's saved overrides put under
+    the new ones, so that Hydra composes the resumed run's config once (a key only the resumed run has, e.g.
+    ``model.net.pretrained_path``, is accepted). Returns the overrides to compose."""
+    check_options(argv, conf_dir)
     check_groups(argv, conf_dir)
     argv = [a for a in argv if a.lstrip("+") not in (f"{g}=null" for g in OPTIONAL_GROUPS)]  # already none
     try:
@@ -293,6 +364,7 @@ def _resume_dir(cfg: DictConfig) -> str | None:
 def task(cfg: DictConfig) -> float:
     """``train.py``'s Hydra task: :func:`run`, returning the final value of ``objective`` (default: the primary
     metric) for a sweeper that searches (Optuna); NaN for a run that diverged in a sweep (a failed trial)."""
+    logs_to_stderr()
     summary = run(cfg) or {}
     name = cfg.get("objective") or summary.get("primary_metric")
     value = summary.get("final" if name == summary.get("primary_metric") else f"final_{name}")
@@ -300,6 +372,16 @@ def task(cfg: DictConfig) -> float:
         fail(f"config error: objective: the run logged no {name!r}; fix: name a metrics.csv column (val_* needs "
              "data.val_fraction > 0)")
     return float("nan") if value is None else float(value)
+
+
+def logs_to_stderr() -> None:
+    """The log records on stderr, with the progress: Hydra's console handler (its default ``job_logging``) writes
+    them to stdout, which holds the run's result (the summary), so that ``python3 train.py > run.txt`` keeps the
+    result and the terminal the rest. Run by each job, once Hydra has configured its logging."""
+    outs = {id(sys.stdout), id(sys.__stdout__)}
+    for h in _stream_handlers():
+        if id(h.stream) in outs:
+            h.setStream(sys.stderr)
 
 
 def run(cfg: DictConfig) -> dict | None:
@@ -330,7 +412,7 @@ def leave_process_group() -> None:
 
 def _run(cfg: DictConfig, resume: str | None) -> dict | None:
     full = user_full_error()
-    run_dir = resume or str(cfg.run_dir)
+    run_dir = os.path.abspath(resume) if resume else str(cfg.run_dir)  # absolute in every message and summary.json
     child = signals.is_launched_child()
     asked = cfg.get("resume")  # as typed (auto, a directory or none): what a requeued job's command will do
     loop = None

@@ -63,8 +63,8 @@ def _where() -> str:
     if not d:
         return ""
     if last:
-        return f"; the last checkpoint is {last}; resume with: python train.py resume={d}"
-    return f"; no checkpoint was written yet; start again with: python train.py resume=auto hydra.run.dir={d}"
+        return f"; the last checkpoint is {last}; resume with: python3 train.py resume={d}"
+    return f"; no checkpoint was written yet; start again with: python3 train.py resume=auto hydra.run.dir={d}"
 
 
 # ---------------------------------------------------------------------------------------------- shared run directory

@@ -120,6 +120,8 @@ class RunRecorder:
         for col in self.columns():
             if col not in ("round", "wall_s", *self.totals, *self._mb()):
                 finals[f"final_{col}"] = self.last(col)
+        if isinstance(extra.get("run_dir"), str):  # absolute, a resumed run's too (resume= may name it relatively)
+            extra["run_dir"] = os.path.abspath(extra["run_dir"])
         s = {**self.info, **extra, "primary_metric": name, "primary_mode": mode, "final": self.last(name),
              "best": best, f"best_{name}": best, **finals, **self.totals, **self._mb(), "wall_s": round(self.wall(), 2),
              "loop_start_unix": self.loop_start_unix, "first_client_unix": self.first_client_unix,

@@ -143,12 +143,12 @@ def resume_hint(run_dir: str, cfg: DictConfig | None = None) -> str:
 
 
 def resume_command(run_dir: str, cfg: DictConfig | None = None) -> str:
-    """``python train.py resume=DIR``, after ``PYTHONPATH=...`` when a ``_target_`` of ``cfg`` was imported from a
+    """``python3 train.py resume=DIR``, after ``PYTHONPATH=...`` when a ``_target_`` of ``cfg`` was imported from a
     ``PYTHONPATH`` folder (a part, model or dataset of the user's own, outside the package: examples/fednova); the
     configs of a ``hydra.searchpath`` are found again from the run's ``overrides.yaml``. Paths absolute, so that the
     command works from any folder."""
     path = _user_pythonpath(cfg)
-    return (f"{'PYTHONPATH=' + shlex.quote(path) + ' ' if path else ''}python train.py "
+    return (f"{'PYTHONPATH=' + shlex.quote(path) + ' ' if path else ''}python3 train.py "
             f"resume={shlex.quote(os.path.abspath(run_dir))}")
 
 

@@ -62,7 +62,7 @@ def stop_now(signum: int, frame=None) -> None:
     child = is_launched_child()
     if not child:
         resume = _STATE["resume"]
-        hint = f" (resume again with: python train.py resume={resume})" if resume else ""
+        hint = f" (resume again with: python3 train.py resume={resume})" if resume else ""
         msg = f"error: stopped by signal {signum} while {_STATE['phase']}; this invocation wrote no checkpoint{hint}\n"
         try:
             if sys.stderr.isatty():

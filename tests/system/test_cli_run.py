@@ -104,7 +104,7 @@ def test_a_signal_in_the_first_round_stops_at_once(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("scontrol,needle", [
-    (None, "Slurm job 4242 was not requeued: scontrol is not on PATH; resume with: python train.py resume="),
+    (None, "Slurm job 4242 was not requeued: scontrol is not on PATH; resume with: python3 train.py resume="),
     ("exit 0", "Slurm job 4242 requeued, but its command has no resume=auto: add it to the job script"),
 ], ids=["no_scontrol", "no_resume_auto"])
 def test_sigusr1_under_slurm_is_one_line_saying_whether_the_job_was_requeued(tmp_path, monkeypatch, capsys,

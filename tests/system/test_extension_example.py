@@ -162,11 +162,11 @@ def test_resume_command_names_the_pythonpath_of_the_runs_own_code(fednova, monke
                                                  "b": {"_target_": "fl_lightning.strategies.parts.LocalOptimizer"}}}})
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/elsewhere", EXAMPLE, ROOT]))
     d = os.path.abspath("d")  # absolute paths: the command works from any folder
-    assert resume_command("d", cfg) == f"PYTHONPATH={shlex.quote(EXAMPLE)} python train.py resume={d}"
+    assert resume_command("d", cfg) == f"PYTHONPATH={shlex.quote(EXAMPLE)} python3 train.py resume={d}"
     del cfg.method.parts["a"]  # the package's parts only (ROOT holds fl_lightning): nothing to add
-    assert resume_command("d", cfg) == f"python train.py resume={d}"
+    assert resume_command("d", cfg) == f"python3 train.py resume={d}"
     monkeypatch.delenv("PYTHONPATH")
-    assert resume_command("d", None) == f"python train.py resume={d}"
+    assert resume_command("d", None) == f"python3 train.py resume={d}"
 
 
 # ------------------------------------------------------------------------------------------ through train.py
@@ -198,7 +198,7 @@ def test_fednova_through_train_py_equals_fedavg_and_resumes_with_the_printed_com
     assert p.returncode == 0, p.stderr[-2000:]
     lines = p.stderr.splitlines()
     command = lines[lines.index(next(x for x in lines if x.endswith("Resume with:"))) + 1].strip()
-    assert command == f"PYTHONPATH={EXAMPLE} python train.py resume={d}"  # absolute, as typed relative
+    assert command == f"PYTHONPATH={EXAMPLE} python3 train.py resume={d}"  # absolute, as typed relative
     assert f"hydra.searchpath=[file://{EXAMPLE}/conf]" in OmegaConf.load(d / "overrides.yaml")
     words = shlex.split(command)  # run it as printed: its own PYTHONPATH, nothing inherited
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HYDRA_FULL_ERROR")}

@@ -190,4 +190,4 @@ def test_a_run_without_progress_bar_says_where_it_is_and_stop_after_rounds_how_t
     assert last == (f"fedavg: 2 of 4 rounds, final test_acc {summary['final_test_acc']:.4f} "
                     f"(best {summary['best_test_acc']:.4f}); run directory {d}"), last
     assert p.stderr.strip().splitlines()[-2:] == ["stopped after round 2 (stop_after_rounds); checkpoint saved. "
-                                                  "Resume with:", f"  python train.py resume={d}"]
+                                                  "Resume with:", f"  python3 train.py resume={d}"]

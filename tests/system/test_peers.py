@@ -91,7 +91,7 @@ def test_a_killed_rank_is_one_line_and_the_run_resumes(tmp_path, victim):
     assert len(lines) == 1, err[-3000:]
     assert not any(n in err for n in NOISE), err[-3000:]
     assert f"rank {1 - victim}:" in lines[0] and f"rank {victim}" in lines[0].split(":", 2)[2], lines[0]
-    assert f"resume with: python train.py resume={d}" in lines[0], lines[0]
+    assert f"resume with: python3 train.py resume={d}" in lines[0], lines[0]
     assert took < 20, took  # seconds, not gloo's 30 minutes
     # the last checkpoint named is intact: the run resumes from it on one process and finishes
     last = lines[0].split("the last checkpoint is ")[1].split(";")[0]

@@ -67,7 +67,7 @@ def test_the_line_names_the_round_the_checkpoint_and_the_resume_command(tmp_path
     assert "\n" not in msg
     assert msg.startswith("rank 0: lost the process of rank 1 during round 5 (it stopped answering): Connection "
                           "closed by peer [10.0.0.2]:4")
-    assert msg.endswith(f"the last checkpoint is {tmp_path}/checkpoints/round_000004; resume with: python train.py "
+    assert msg.endswith(f"the last checkpoint is {tmp_path}/checkpoints/round_000004; resume with: python3 train.py "
                         f"resume={tmp_path}")
 
 

@@ -50,7 +50,8 @@ def _huge_info() -> dict:  # a round line of about 200 characters
 
 def test_off_a_terminal_a_long_round_line_and_the_summary_are_never_wrapped_or_cut():
     buf = io.StringIO()
-    progress = RoundProgress(2, 0, console=Console(file=buf, force_terminal=False))  # rich's default: 80 columns
+    progress = RoundProgress(2, 0, console=Console(file=buf, force_terminal=False),  # rich's default: 80 columns
+                             out=Console(file=buf, force_terminal=False))  # the summary's (stdout by default)
     with progress:
         progress.end_round(0, _huge_info())
     line = buf.getvalue().rstrip("\n")
