@@ -3,7 +3,7 @@ measurement once, at a fresh run's start, and kept in the saved config (as ``ns_
 
 Off CUDA both resolve to the sequential eager loop (1 and none: a cohort and a graph are GPU paths,
 docs/benchmarks.md). On CUDA a probe times a few steps of each candidate, K ∈ {1, 2, 4, …, the memory bound}
-× {none, graphs} (a candidate the run would refuse is left out: ``graphs`` does not replay a cohort yet, a method
+× {none, graphs} (a candidate not measured on a GPU yet is left out: ``graphs`` with a cohort; a method
 that cannot run batched has K = 1 only), each in a throwaway copy of the run (its own module, strategy and store;
 the run itself is built after, from the same seed), keeps the fastest per client-step and says in one line what it
 chose with the measured figures and the probe's cost. A key given explicitly is not probed. With several processes
@@ -40,7 +40,7 @@ def device_kind(device) -> str:
 
 def candidates(bound: int, modes=MODES) -> list[tuple[int, str]]:
     """``(K, compile)`` to time: K ∈ {1, 2, 4, …} up to ``bound`` (the memory bound; 1 for a method or model that
-    cannot run batched) and ``bound`` itself; ``graphs`` at K = 1 only (a cohort's step is not replayed yet)."""
+    cannot run batched) and ``bound`` itself; ``graphs`` at K = 1 only (a cohort's replay has not been measured on a GPU)."""
     ks, k = [], 1
     while k <= max(1, bound):
         ks.append(k)

@@ -68,9 +68,6 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
     """Refuse, in one line naming what stops it, a run that cannot train its clients ``size`` at a time."""
     if size <= 1:
         return
-    if compiled == "graphs":
-        raise ConfigError(KEY, "trainer.compile=graphs does not replay a cohort's step yet",
-                          "use trainer.compile=step (or none) with trainer.cohort, or trainer.cohort=1")
     for p in strategy.parts:
         if p.provides_optimizer:
             mode, reason = optimizer_mode(p)
@@ -198,6 +195,8 @@ class Cohort:
             log.info("trainer.cohort: the local optimizer steps each client's rows with its own optimizer (%s)", why)
         self._buffers: tuple[int, dict[str, Tensor]] = (0, {})  # (K, the stacked parameters) of the last cohort size
         self._optimizers: dict[int, torch.optim.Optimizer] = {}  # K -> the optimizer over those stacked parameters
+        self._round_states: dict = {}  # part -> the stacked round state, filled in place for each cohort
+        self._rows_of_step: dict[str, Tensor] = {}  # the step's row mask, real-row counts and active flags, in place
 
     def train(self, cids: list[int], r: int, received: dict[str, Tensor], lr_f: float) -> Iterator[tuple[int, dict, float]]:
         """``(client, uploads, mean loss)`` for each of ``cids``, in order."""
@@ -249,8 +248,9 @@ class Cohort:
                             optimizer=optimizer, services=self.services)
         for p in strategy.parts:
             if p is not opt_part and getattr(p, "batched", False):
-                if p.Round is not None:  # the clients' round states, stacked (their rows fields)
-                    ctx._states[p.name] = p.Round.stacked([c.state_of(p) for c in clients])
+                if p.Round is not None:  # the clients' round states, stacked into the run's (their rows fields)
+                    ctx._states[p.name] = self._round_states[p.name] = p.Round.stacked_into(
+                        self._round_states.get(p.name), [c.state_of(p) for c in clients])
                 p.cohort_start(ctx)
         batches = run.data.cohort_batches([c.id for c in clients[:real]], r, device, run.budget)
         if batches is None:  # a transform drawing per batch: each client's own batches, stacked here
@@ -273,7 +273,9 @@ class Cohort:
             self.forward.rows = rows
             if self.per_client:
                 optimizer.active = [n > 0 for n in rows]
-            ctx.active, ctx.step, ctx.batch, ctx.mask, ctx.count = active, k, batch, mask, count
+            ctx.active, ctx.mask, ctx.count = (self._held(name, t) for name, t in
+                                               (("active", active), ("mask", mask), ("count", count)))
+            ctx.step, ctx.batch = k, batch
             ctx.all_active = k < min(steps)
             for c, n in zip(clients, steps):  # the steps each client has done (what its sequential hooks see)
                 c.step = min(k, n)
@@ -322,6 +324,15 @@ class Cohort:
             yield client.id, msgs, mean_loss  # added to the round's sums before the next client ends (an upload may
                                               # be a view of the one optimizer's state, as in the sequential loop)
 
+    def _held(self, name: str, t: Tensor) -> Tensor:
+        """``t`` copied into the run's buffer of its name and shape (allocated once a cohort size: a replayed step
+        reads the step's row mask and counts there)."""
+        held = self._rows_of_step.get(name)
+        if held is None or held.shape != t.shape or held.dtype != t.dtype:
+            held = self._rows_of_step[name] = t.clone()
+            return held
+        return held.copy_(t)
+
     # a remainder cohort (fewer clients than K) padded to K rows by phantom rows that take no step (row masks keep
     # their weights and optimizer state as they were): one shape a run, the groundwork of a captured cohort step
     pad_remainder = False
@@ -353,6 +364,8 @@ class Cohort:
             self._buffers = (K, {n: torch.empty((K, *params[n].shape), dtype=params[n].dtype, device=params[n].device)
                                  for n in self.names})
             self._optimizers.clear()  # over the buffers of another size
+            self._round_states.clear()
+            self._rows_of_step.clear()
         stacked = self._buffers[1]
         for t in stacked.values():
             t.grad = None

@@ -49,12 +49,15 @@ WARMUP = 3  # eager steps before the capture (cuBLAS handles, autograd's streams
 
 
 def plan(client, strategy) -> tuple:
-    """The host values the graph-safe parts' step hooks read this step (``Part.graph_plan``), planned before it."""
+    """The host values the graph-safe parts' step hooks read this step (``Part.graph_plan``), planned before it, and
+    for a cohort whether every client takes the step (a step with finished clients runs eagerly, under row masks)."""
     out = []
     for part in strategy.parts if strategy is not None else ():
         if part.graph_plan:
             state = getattr(client, "_states", {}).get(part.name)
             out.append(tuple(getattr(state, f, None) for f in part.graph_plan))
+    if getattr(client, "batched", False):  # a cohort: whether every client takes this step
+        out.append(client.all_active)
     return tuple(out)
 
 
@@ -102,6 +105,7 @@ def addresses(client, strategy) -> list[int]:
     """The memory a replayed step reads: parameters, optimizer state and corrections, the graph-safe hooked parts'
     tensors (their attributes and this client's round state)."""
     ts = list(client.params.values())
+    ts += [t for t in (getattr(client, n, None) for n in ("mask", "count", "active")) if isinstance(t, torch.Tensor)]
     opt = client.optimizer
     if opt is not None:
         ts += _tensors(list(opt.state.values()), [])

@@ -74,6 +74,20 @@ class RoundState:
                 values[name] = None
         return cls(**values)
 
+    @classmethod
+    def stacked_into(cls, held: "RoundState | None", states: list["RoundState"]) -> "RoundState":
+        """:meth:`stacked`, written into ``held`` (an earlier cohort's stacked state of the same shapes) where it can
+        be: its ``rows`` tensors filled in place (the same memory from one cohort to the next, as a replayed step reads
+        it), its ``own`` values kept (what ``before_step`` fills in place); otherwise a new one."""
+        if held is None or type(held) is not cls:
+            return cls.stacked(states)
+        for name, kind in cls.kinds().items():
+            if kind == ROWS:
+                setattr(held, name, _stack_into(getattr(held, name), [getattr(s, name) for s in states]))
+            elif kind == SHARED:
+                setattr(held, name, getattr(states[0], name))
+        return held
+
     def unstack_into(self, i: int, state: "RoundState") -> None:
         """Client ``i``'s rows of this stacked state into its own ``state`` (views: no copy)."""
         for name, kind in self.kinds().items():
@@ -94,6 +108,22 @@ def _stack(values: list):
     if isinstance(first, (list, tuple)) and (not first or isinstance(first[0], Tensor)):
         return [_stack([v[j] for v in values]) for j in range(len(first))]
     return list(values)  # host numbers (a step count): one per client
+
+
+def _stack_into(old, values: list):
+    """``_stack(values)`` into ``old``'s tensors where the structure and shapes agree (the same values)."""
+    import torch
+
+    first = values[0]
+    if isinstance(first, Tensor) and isinstance(old, Tensor) and old.shape == (len(values), *first.shape) \
+            and old.dtype == first.dtype and old.device == first.device:
+        return torch.stack(values, out=old)
+    if isinstance(first, dict) and isinstance(old, dict) and old.keys() == first.keys():
+        return {k: _stack_into(old[k], [v[k] for v in values]) for k in first}
+    if isinstance(first, (list, tuple)) and first and isinstance(first[0], Tensor) and isinstance(old, list) \
+            and len(old) == len(first):
+        return [_stack_into(o, [v[j] for v in values]) for j, o in enumerate(old)]
+    return _stack(values)
 
 
 def _row(value, i: int):

@@ -84,7 +84,7 @@ class MuonStepOrder(Part):
             st.last = [self.order == "alg1" and client.step == c.num_steps - 1 for c in client.clients]
         else:
             st.last = self.order == "alg1" and client.step == client.num_steps - 1
-        st.lrs = None
+        st.lrs = st.kept = None  # what the step itself sets (the last step's lrs, a cohort's kept rows)
 
     def after_backward(self, client: ClientContext) -> None:
         st = client.state_of(self)
