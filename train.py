@@ -2,7 +2,9 @@
 import os
 import sys
 
-from fl_lightning import cli, peers, signals, threads
+from fl_lightning.run import cli
+from fl_lightning.dist import peers, signals
+from fl_lightning import threads
 
 signals.install()  # from here on SIGINT / SIGTERM during set-up end the run at once, with one line
 threads.passive_wait()  # idle OpenMP threads sleep (before torch loads): fast on a busy machine too

@@ -53,7 +53,7 @@ OBSERVER_THREAD = "child-process-observer"  # the thread name of Lightning's _Ch
 
 def silence_child_observer() -> bool:
     """Lightning's launcher watches the ranks it started in a thread that, when one dies, SIGKILLs every process
-    (this one too) without a word; make its next poll end it instead (fl_lightning.peers watches in its place).
+    (this one too) without a word; make its next poll end it instead (fl_lightning.dist.peers watches in its place).
     False if no such thread runs."""
     import threading
 

@@ -46,7 +46,7 @@ def one(n: int, store: str, rounds: int, blocks: int, model: list[str], work: st
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from fl_lightning.build import build
+    from fl_lightning.run.build import build
     from tools.bench import write_fake_cifar10
 
     data = os.path.join(work, "data")

@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import open_dict  # noqa: E402
 
 from fl_lightning import seeding  # noqa: E402
-from fl_lightning.build import build  # noqa: E402
+from fl_lightning.run.build import build  # noqa: E402
 
 
 def main(overrides: list[str]) -> None:

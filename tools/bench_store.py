@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fl_lightning.client_store import ClientStateStore  # noqa: E402
+from fl_lightning.loop.client_store import ClientStateStore  # noqa: E402
 from fl_lightning.data.info import DataInfo  # noqa: E402
 from fl_lightning.models.cnn import mlp  # noqa: E402
 from fl_lightning.models.resnet import resnet18_gn  # noqa: E402

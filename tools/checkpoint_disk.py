@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fl_lightning.checkpoint import Checkpointer, TensorDict  # noqa: E402
-from fl_lightning.client_store import ClientStateStore  # noqa: E402
+from fl_lightning.loop.client_store import ClientStateStore  # noqa: E402
 
 
 def client_bytes(root: str) -> int:

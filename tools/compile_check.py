@@ -42,7 +42,7 @@ def build_loop(method: str, run_dir: str, extra=()):
     from hydra import compose, initialize_config_dir
     from omegaconf import open_dict
 
-    from fl_lightning.build import build
+    from fl_lightning.run.build import build
     from fl_lightning.config import register
 
     register()

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 from .args import check_call, check_targets, target_info
 from .budget import StepBudget
-from .checks import check, check_clients, check_overrides, check_resume, check_value, closest_key, rules
+from .checks import check, check_clients, check_overrides, check_resume, check_value, closest_key, example, rules, value_text
 from .hashing import config_hash, result_diff
 from .run_check import check_run
 from .compose import blame, instantiate, interpolation_source, qualify, root_of
 from .groups import check_parts
 from .paper_block import UNITS, Paper, PaperError, read_paper
 from .ranges import Betas, Fraction, LearningRate, NonNegative, OneOf, Positive, Range, Validate
-from .schema import (CONFIG_GROUPS, FEDERATION_KEYS, OPTIONAL_GROUPS, FL, Checkpoint, data_defaults, hash_rules,
-                     not_result_keys, not_setting_keys, register)
+from .schema import (CONFIG_GROUPS, FEDERATION_KEYS, OPTIONAL_GROUPS, FL, Checkpoint, all_keys, data_defaults,
+                     hash_rules, not_result_keys, not_setting_keys, register)
 
 __all__ = [
     "Betas", "blame", "check", "check_call", "check_clients", "check_run", "config_hash", "FEDERATION_KEYS",
@@ -35,5 +35,5 @@ __all__ = [
     "check_value", "Checkpoint", "closest_key", "CONFIG_GROUPS", "data_defaults", "FL", "Fraction", "hash_rules",
     "instantiate", "interpolation_source", "LearningRate", "NonNegative", "not_result_keys", "not_setting_keys",
     "OneOf", "OPTIONAL_GROUPS", "Paper", "PaperError", "Positive", "qualify", "Range", "read_paper", "register",
-    "root_of", "rules", "StepBudget", "target_info", "UNITS", "Validate",
+    "root_of", "rules", "StepBudget", "target_info", "UNITS", "Validate", "all_keys", "example", "value_text",
 ]

@@ -86,6 +86,14 @@ def _example(meta: dict, default, has_default: bool):
     return [v] * (meta["length"] or 1) if meta["kind"] == "list" else v
 
 
+def _meant(parent: str, near: str, value, node: Mapping) -> str:
+    """``data.batch_size=16; `` : the override a "did you mean" fix asks for, the typed value under the key meant,
+    with a ``+`` only where the node lacks that key (a ``+`` on a key the config has is refused by Hydra)."""
+    if isinstance(value, (dict, Mapping)):
+        return ""
+    return f"{'' if near in node else '+'}{parent}.{near}={override_text(value)}; "
+
+
 def override_text(v) -> str:
     """A value as the command line writes it."""
     if isinstance(v, bool):
@@ -150,7 +158,8 @@ def _check_fields(full: str, value: dict, fields: dict, root) -> None:
             err = qualify(ConfigError(f"{full}.{k}", f"is not a key of {full}", ""), "", root)
             user = err.key.split(" (via ")[0].rpartition(".")[0]
             fix = f"did you mean {user}.{near[0]}?" if near else "remove it"
-            raise ConfigError(err.key, err.problem, f"{fix} (it takes: {', '.join(fields)})")
+            raise ConfigError(err.key, err.problem, f"{fix} ({_meant(user, near[0], v, value) if near else ''}"
+                                                    f"it takes: {', '.join(fields)})")
         meta = hint_meta(fields[k])
         bad = None if meta is None else arg_problem(meta, v)
         if bad:
@@ -179,7 +188,8 @@ def check_arguments(info, target: str, sub: Mapping, key: str, root=None, skip=(
             err = qualify(ConfigError(full, f"is not an argument of {target}", ""), "", root)
             user = err.key.split(" (via ")[0].rpartition(".")[0]
             fix = f"did you mean {user}.{near[0]}?" if near else "remove it"
-            raise ConfigError(err.key, err.problem, f"{fix} (it takes: {', '.join(params)})")
+            raise ConfigError(err.key, err.problem, f"{fix} ({_meant(user, near[0], value, sub) if near else ''}"
+                                                    f"it takes: {', '.join(params)})")
         p = sig.parameters.get(arg)
         has_default = p is not None and p.default is not p.empty
         default = p.default if has_default else None

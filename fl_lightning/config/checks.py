@@ -60,19 +60,53 @@ def bounds(meta) -> str:
     return f"in {'(' if open_low else '['}{low}, {high}{')' if open_high else ']'}"
 
 
-def check_value(name: str, v) -> None:
+# a key whose valid values another key bounds: its example stays within that key's value (fl.clients_per_round=8
+# is no example where fl.num_clients=6)
+_BOUNDED_BY = {"fl.clients_per_round": "fl.num_clients"}
+
+
+def value_text(v) -> str:
+    """A value as the command line writes it (``true``, ``[32,64]``, ``null``)."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(value_text(x) for x in v) + "]"
+    return "null" if v is None else str(v)
+
+
+def example(name: str, others=None):
+    """The example value a fix names for schema key ``name``; ``others``: the run's other values (``{key: value}``),
+    where a key's example must fit them (:data:`_BOUNDED_BY`)."""
+    ex = all_keys()[name].metadata["example"]
+    bound = (others or {}).get(_BOUNDED_BY.get(name, ""))
+    if isinstance(bound, int) and not isinstance(bound, bool) and str(ex).isdigit() and bound >= 1:
+        ex = min(int(ex), bound)
+    return ex
+
+
+def check_value(name: str, v, others=None) -> None:
     meta = all_keys()[name].metadata
     p = problem(meta, v)
     if p:
-        raise ConfigError(name, p, f"set e.g. {name}={meta['example']}")
+        raise ConfigError(name, p, f"set e.g. {name}={value_text(example(name, others))}")
 
 
 def _read(cfg: DictConfig, name: str):
     try:
         return OmegaConf.select(cfg, name, throw_on_missing=True, default="__absent__")
     except Exception as err:  # an interpolation that does not resolve, a missing value (???)
-        meta = all_keys()[name].metadata
-        raise ConfigError(name, f"cannot be read ({str(err).splitlines()[0]})", f"set {name}={meta['example']}") from None
+        raise ConfigError(name, f"cannot be read ({str(err).splitlines()[0]})",
+                          f"set {name}={value_text(example(name))}") from None
+
+
+def _raw(cfg: DictConfig, name: str):
+    """The value at ``name`` as written (interpolations unresolved); a node as a table."""
+    parent, _, leaf = name.rpartition(".")
+    node = OmegaConf.select(cfg, parent) if parent else cfg
+    try:
+        return OmegaConf.to_container(node, resolve=False)[leaf]
+    except Exception:  # noqa: BLE001 - not a plain node: no value to name
+        return _NO_VALUE
 
 
 def closest(name: str, candidates) -> str | None:
@@ -84,6 +118,8 @@ def closest(name: str, candidates) -> str | None:
     m = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return m[0] if m else None
 
+
+_NO_VALUE = object()
 
 # words a user may spell out where the configs abbreviate (method.learning_rate -> method.lr)
 _SPELLED = (("learning_rate", "lr"), ("learningrate", "lr"), ("step_size", "lr"), ("epsilon", "eps"),
@@ -131,9 +167,12 @@ def _flat_keys(node, prefix: str = "", leaves_only: bool = False) -> list[str]:
     return out
 
 
-def unknown_key(name: str) -> ConfigError:
+def unknown_key(name: str, value=_NO_VALUE) -> ConfigError:
+    """``name``: no such schema key; the fix names the closest key, with ``value`` (the one typed) as the override
+    to write (``fl.num_clients=5``, without the ``+`` of ``+fl.num_client=5``: the closest key exists)."""
     near = closest(name, all_keys())
-    fix = f"did you mean {near}? (python -m fl_lightning.config.keys lists every key)" if near else \
+    given = f"{near}={value_text(value)}; " if near and value is not _NO_VALUE and not isinstance(value, dict) else ""
+    fix = f"did you mean {near}? ({given}python -m fl_lightning.config.keys lists every key)" if near else \
         "remove it (python -m fl_lightning.config.keys lists every key)"
     return ConfigError(name, "no such key", fix)
 
@@ -145,7 +184,7 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
     declared = fields_of(Root)
     for top in cfg.keys():
         if top not in declared and top not in GROUPS and top not in (*CONFIG_GROUPS, "hydra"):
-            raise unknown_key(str(top))
+            raise unknown_key(str(top), _raw(cfg, str(top)))
     for g, cls in GROUPS.items():
         node = cfg.get(g)
         if node is None:
@@ -153,12 +192,18 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
         names = fields_of(cls)
         for k in node.keys():
             if k not in names:
-                raise unknown_key(f"{g}.{k}")
-    for name in all_keys():
-        v = _read(cfg, name)
-        if v == "__absent__":
-            continue
-        check_value(name, v)
+                raise unknown_key(f"{g}.{k}", _raw(cfg, f"{g}.{k}"))
+    values = {}
+    for name in all_keys():  # read first (a key's example may depend on another's value), refused in schema order
+        try:
+            values[name] = _read(cfg, name)
+        except ConfigError as err:
+            values[name] = err
+    for name, v in values.items():
+        if isinstance(v, ConfigError):
+            raise v
+        if v != "__absent__":
+            check_value(name, v, values)
     rules(cfg)
     if overrides and cfg.get("method") is not None:
         unread = unread_method_keys(cfg)
@@ -167,7 +212,9 @@ def check(cfg: DictConfig, overrides: list[str] | None = None) -> None:
             parts = name.split(".")
             if len(parts) == 2 and parts[0] == "method" and parts[1] in unread:
                 near = closest_key(cfg, name, exclude={f"method.{k}" for k in unread})
-                fix = f"did you mean {near}?" if near else "remove it"
+                typed = ov.split("=", 1)[1] if "=" in ov else None
+                fix = (f"did you mean {near}?" + (f" ({near}={typed})" if typed is not None else "")) if near else \
+                    "remove it"
                 raise ConfigError(name, f"nothing in method {cfg.method.get('name')!r} reads it", fix)
 
 
@@ -206,7 +253,8 @@ def check_clients(num_clients: int, clients_per_round: int) -> None:
     if clients_per_round > num_clients:
         raise ConfigError("fl.clients_per_round",
                           f"{clients_per_round} clients per round but only fl.num_clients={num_clients} clients exist",
-                          f"set fl.clients_per_round <= {num_clients} or raise fl.num_clients")
+                          f"set fl.clients_per_round={num_clients} (or fewer), or raise fl.num_clients, e.g. "
+                          f"fl.num_clients={clients_per_round}")
 
 
 def rules(cfg: DictConfig) -> None:
@@ -260,18 +308,19 @@ def check_overrides(argv: list[str]) -> None:
 
     overrides = OverridesParser.create().parse_overrides([a for a in argv if "=" in a or a.startswith("~")])
     known = all_keys()
+    typed = {ov.key_or_group: ov.value() for ov in overrides if not ov.is_delete() and not ov.is_sweep_override()}
     for ov in overrides:
         name = ov.key_or_group
         top = name.split(".")[0]
         if ov.package is not None or "/" in name or top in ("hydra", "tables", "paper", *CONFIG_GROUPS) and name not in known:
             continue  # config groups, their targets' arguments (checked when built), table entries, Hydra's keys
         if name not in known:
-            raise unknown_key(name)
+            raise unknown_key(name, _NO_VALUE if ov.is_delete() or ov.is_sweep_override() else ov.value())
         if ov.is_delete():
             raise ConfigError(name, "a schema key cannot be deleted",
-                              f"set it instead, e.g. {name}={known[name].metadata['example']}")
+                              f"set it instead, e.g. {name}={value_text(example(name, typed))}")
         values = list(ov.sweep_iterator()) if ov.is_sweep_override() else [ov.value()]
         for v in values:
             if isinstance(v, str) and "${" in v:
                 continue
-            check_value(name, v)
+            check_value(name, v, typed)

@@ -3,19 +3,24 @@
 :func:`check_labels`: a group member's label (``data.partition.name``, ``method.name``) must belong to its
 ``_target_`` (a run labelled "foo" that partitions by Dirichlet is refused); :func:`check_parts`: every node under
 ``method.parts`` is a part (a ``_target_``) or null. Each failure is one line naming the full key and the fix.
+:func:`drop_left_behind`: what a command line's group choice leaves of the member it replaced (an experiment's
+``data.partition.alpha`` under ``data/partition=iid``) is dropped, not refused.
 """
 from __future__ import annotations
 
 import difflib
 import functools
+import logging
 import os
 from collections.abc import Mapping
 
 import yaml
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ..errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------- labels and parts
 _GROUP_WORDS = {"data": "dataset", "data/partition": "partition"}
@@ -52,6 +57,16 @@ def group_members(dirs: tuple[str, ...], group: str) -> dict[str, tuple[str, tup
     """``{file name: (its yaml's name, its identity, shipped)}`` for the members of ``group`` (``data/partition``) in
     ``dirs`` (shipped: from the package's conf/, not a ``hydra.searchpath`` folder); a member that extends another of
     its group (``defaults: [cnn_fedsmu, _self_]``) has the merged keys."""
+    nodes, shipped = _member_nodes(dirs, group)
+    subgroups = _subgroups(_group_folders(dirs), group)
+    return {stem: (str(node.get("name", stem)), _identity(node, subgroups), stem in shipped)
+            for stem, node in nodes.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def _member_nodes(dirs: tuple[str, ...], group: str) -> tuple[dict[str, dict], frozenset]:
+    """(``{file name: its yaml's keys, merged with the members of its group it extends}``, the shipped ones); the
+    nodes are shared: read them, never change them."""
     raw: dict[str, dict] = {}
     shipped: set[str] = set()
     for d in dirs:
@@ -79,12 +94,7 @@ def group_members(dirs: tuple[str, ...], group: str) -> dict[str, tuple[str, tup
                 out = _merge(out, merged(base, (*seen, stem)))
         return _merge(out, {k: v for k, v in node.items() if k != "defaults"})
 
-    subgroups = _subgroups(_group_folders(dirs), group)
-    out = {}
-    for stem in raw:
-        node = merged(stem)
-        out[stem] = (str(node.get("name", stem)), _identity(node, subgroups), stem in shipped)
-    return out
+    return {stem: merged(stem) for stem in raw}, frozenset(shipped)
 
 
 @functools.lru_cache(maxsize=None)
@@ -124,7 +134,8 @@ def check_labels(cfg: DictConfig, dirs: tuple[str, ...] | None = None) -> None:
         word = _GROUP_WORDS.get(group, group)
         if "/" in group and node is not None and not OmegaConf.is_config(node):  # data.partition=iid
             raise ConfigError(key, f"is {node!r}, not a {word} (a node with a _target_)",
-                              f"choose the {word} with {group}={node}")
+                              f"choose the {word} with {group}={node} in place of {key}={node} (a / chooses a "
+                              f"config, a . sets a key)")
         if not OmegaConf.is_dict(node) or "name" not in node or "_target_" not in node:
             continue
         try:
@@ -148,6 +159,86 @@ def check_labels(cfg: DictConfig, dirs: tuple[str, ...] | None = None) -> None:
                           f"{choose}, or set {key}.name={members[owner][0]} (label={label} names the run)")
 
 
+def _choices(overrides) -> dict[str, str]:
+    """The group choices of a command line, ``{group: member}`` (``data/partition=iid``; a sweep's job has one)."""
+    groups = _group_folders(conf_dirs())
+    out = {}
+    for ov in overrides or ():
+        name, sep, value = str(ov).lstrip("+").partition("=")
+        if sep and name in groups and value and "," not in value and not value.startswith(("glob(", "range(")):
+            out[name] = value
+    return out
+
+
+def _typed_keys(overrides, groups) -> set[str]:
+    """The keys a command line sets or deletes (``data.partition.alpha=0.1``, ``~data.partition.alpha``), not its
+    group choices."""
+    keys = {str(ov).split("=", 1)[0].lstrip("+~") for ov in overrides or ()}
+    return {k for k in keys if k not in groups and "/" not in k and "@" not in k}
+
+
+def drop_left_behind(cfg: DictConfig, overrides, skip: Mapping[str, tuple[str, ...]] | None = None,
+                     *, target_info) -> list[str]:
+    """What a command line's group choice leaves behind, dropped from ``cfg``: Hydra merges an experiment's values
+    for a group's node (``data: {partition: {alpha: 0.8}}``) after the group's member, whichever member the command
+    line chose, so ``experiment=glue_lora data/partition=iid`` would hand the Dirichlet concentration to the IID
+    partition, which takes none. A key is dropped when the command line chose that node's member (``data/partition=
+    iid``, ``model=cnn``), the member's own yaml does not have it, its ``_target_`` does not take it (no ``**kwargs``),
+    and the command line did not set it (``data/partition=iid data.partition.alpha=0.1`` is still refused: the user
+    typed it). ``skip``: keys of a node (by its full key) that its builder consumes (``data``'s batch sizes). Returns
+    the dropped keys (``data.partition.alpha``), each said in the log; the run is one of another setting than an
+    experiment's ``paper.setting`` that names one (:func:`.paper_block.read_paper` accepts it, the report shows it).
+    ``target_info``: :func:`.args.target_info` (handed over: args imports this file)."""
+
+    choices = _choices(overrides)
+    if not choices:
+        return []
+    dirs = conf_dirs()
+    groups = _group_folders(dirs)
+    typed = _typed_keys(overrides, groups)
+    dropped: list[str] = []
+    for group, member in choices.items():
+        own = _member_nodes(dirs, group)[0].get(member)
+        node_key = group.replace("/", ".")
+        node = OmegaConf.select(cfg, node_key, default=None, throw_on_missing=False)
+        if own is None or not OmegaConf.is_dict(node):  # a member Hydra found elsewhere: nothing known to drop
+            continue
+        nested = {g[len(group) + 1:].replace("/", ".") for g in groups if g.startswith(group + "/")}
+        stack = [("", node, own)]
+        while stack:  # the node and its nested _target_ nodes (a model's net, a method's parts), not a nested group's
+            rel, sub, mine = stack.pop()
+            info = target_info(sub["_target_"]) if isinstance(sub.get("_target_"), str) else None
+            sig = info[1] if info is not None else None
+            takes_any = sig is None or any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+            for k in [str(k) for k in sub.keys()]:
+                path = f"{rel}.{k}" if rel else k
+                full = f"{node_key}.{path}"
+                child = sub._get_node(k)
+                if path in nested or k.startswith("_"):
+                    continue
+                if OmegaConf.is_dict(child) and not child._is_interpolation() and ("_target_" in child or sig is None):
+                    stack.append((path, child, mine.get(k) if isinstance(mine.get(k), dict) else {}))
+                    continue
+                if takes_any or k in sig.parameters or k == "name" or k in mine or \
+                        k in (skip or {}).get(full.rpartition(".")[0], ()) or \
+                        any(full == t or full.startswith(t + ".") for t in typed):
+                    continue  # the member's own (a bad one is refused), the builder's, or typed: checked as it is
+                value = OmegaConf.to_container(sub, resolve=False)[k]
+                with open_dict(sub):
+                    del sub[k]
+                dropped.append(full)
+                log.info("%s=%s dropped: set for another %s than %s=%s, which takes no %s", full, value,
+                         _GROUP_WORDS.get(group, group), group, member, k)
+    return dropped
+
+
+def _text(v) -> str:
+    """A value as the command line writes it."""
+    from .checks import value_text
+
+    return value_text(v)
+
+
 def check_parts(method, key: str = "method") -> None:
     """Every node under ``<key>.parts`` is a part (a mapping with a ``_target_``) or null (switched off): a new node
     without one (``+method.parts.nosuch.x=1``, a misspelled part name) is one line naming it and the method's parts."""
@@ -168,7 +259,9 @@ def check_parts(method, key: str = "method") -> None:
         full = f"{key}.parts.{n}"
         near = difflib.get_close_matches(str(n), real, n=1, cutoff=0.6)
         new = f"a new part needs a _target_: +{full}._target_=package.module.Part"
-        fix = (f"did you mean {key}.parts.{near[0]}? ({new})" if near else
+        meant = " ".join(f"{'' if k in parts[near[0]] else '+'}{key}.parts.{near[0]}.{k}={_text(v)}"
+                         for k, v in p.items() if not isinstance(v, Mapping)) if near else ""
+        fix = (f"did you mean {key}.parts.{near[0]}? ({meant + '; ' if meant else ''}{new})" if near else
                f"use one of the method's parts ({key}.parts.{(real or ['<part>'])[0]}.<key>=...); {new}")
         raise ConfigError(full, f"is not a part of method {method.get('name')!r} (no _target_; its parts: "
                                 f"{', '.join(real) or 'none'})", fix)

@@ -36,9 +36,12 @@ class Paper:
 _ABSENT = object()
 
 
-def _setting(block: dict, config: Any) -> dict[str, Any]:
+def _setting(block: dict, config: Any, changed: tuple[str, ...] = ()) -> dict[str, Any]:
     """The block's ``setting`` read; with ``config``, each key must be one of its keys (a null: a key the paper does
-    not fix, e.g. one a parent experiment's block fixes and this table varies)."""
+    not fix, e.g. one a parent experiment's block fixes and this table varies), or one the run's command line
+    removed or replaced (``changed``: ``~data.partition.alpha``, ``data/partition=iid`` as ``data.partition``): that
+    run is one of another setting, which the report shows beside the paper's (:func:`fl_lightning.report.paper.differs`)
+    as it shows a shrunk run."""
     setting = block.get("setting") or {}
     if not isinstance(setting, dict):
         raise PaperError("paper.setting", f"expected a table, got {setting!r}", "give {FULL.CONFIG.KEY: VALUE, ...}: "
@@ -47,7 +50,8 @@ def _setting(block: dict, config: Any) -> dict[str, Any]:
         if isinstance(v, (dict, list)):
             raise PaperError(f"paper.setting.{k}", f"got {v!r}", "give the one value the paper's table has")
         if config is not None and OmegaConf.select(config, str(k), default=_ABSENT,
-                                                   throw_on_resolution_failure=False) is _ABSENT:
+                                                   throw_on_resolution_failure=False) is _ABSENT and \
+                not any(str(k) == c or str(k).startswith(c + ".") for c in changed):
             near = closest_key(config, str(k))
             raise PaperError(f"paper.setting.{k}", "no such config key", "name the full key of the composed config"
                              + (f" (closest: {near})" if near else ""))
@@ -58,9 +62,10 @@ def _tiers_ok(order: Any) -> bool:
     return isinstance(order, list) and len(order) > 0 and not any(isinstance(t, list) and not t for t in order)
 
 
-def read_paper(node: Any, config: Any = None) -> Paper | None:
+def read_paper(node: Any, config: Any = None, changed=()) -> Paper | None:
     """The ``paper:`` block of a run's config (None: the config has none); a malformed block is one line, and so,
-    given the composed ``config``, is a ``setting`` key it does not have."""
+    given the composed ``config``, is a ``setting`` key it does not have, unless the run's command line removed or
+    replaced it (``changed``: the keys and group nodes it deleted or chose, ``data.partition``)."""
     if node is None:
         return None
     block = OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
@@ -101,4 +106,4 @@ def read_paper(node: Any, config: Any = None) -> Paper | None:
         if not isinstance(c.get("where", {}), dict):
             raise PaperError(f"{where}.where", f"got {c['where']!r}", "give {KEY: VALUE, ...} of the other --by keys")
     return Paper(str(block.get("source") or ""), str(block.get("metric") or ""), key, block.get("unit"), cells,
-                 ordering, claims, _setting(block, config))
+                 ordering, claims, _setting(block, config, tuple(changed)))

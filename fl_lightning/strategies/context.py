@@ -10,10 +10,8 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import torch
 from torch import Tensor, nn
 
-if TYPE_CHECKING:
-    from ..client_store import ClientStateStore
-    from .base import Part
-    from .round_state import RoundState
+if TYPE_CHECKING:  # (in the annotations: Part, strategies/base.py, which imports this file; ClientStateStore,
+    from .round_state import RoundState  # the loop's, fl_lightning/loop/client_store.py: handed over, not imported)
 
 
 @dataclass
@@ -41,7 +39,7 @@ class ServerContext:
 
 
 class ClientServices(Protocol):
-    """What the loop computes for a part on request (:class:`fl_lightning.services.LoopServices` provides it, not
+    """What the loop computes for a part on request (:class:`fl_lightning.loop.services.LoopServices` provides it, not
     the loop itself): extra gradients and Hessian-vector products on the client's module, a fresh minibatch's
     gradient, and generators seeded by (seed, purpose, client, round)."""
 

@@ -1,6 +1,6 @@
 """Reductions: where a paper builds its method on another, the method in its degenerate setting IS the other method.
 
-Each pair runs through the path ``python train.py`` takes (the composed Hydra config, ``fl_lightning.build.build``,
+Each pair runs through the path ``python train.py`` takes (the composed Hydra config, ``fl_lightning.run.build.build``,
 the real FederatedLoop on the embedded digits data with its Dirichlet partition), in float64 (``trainer.precision
 =64-true``), 6 clients, 3 sampled per round, 3 rounds of 3 local steps, with the MLP; the final global weights must
 agree to 1e-12. The other side of each pair is that method's own yaml, not a config built from the same part. Every

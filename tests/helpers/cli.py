@@ -28,7 +28,7 @@ def make_cfg(overrides: list[str], run_dir=None):
 
 
 def build_loop(overrides: list[str], run_dir, resume: str | None = None):
-    from fl_lightning.build import build
+    from fl_lightning.run.build import build
 
     cfg = make_cfg(overrides, run_dir)
     loop = build(cfg, str(run_dir), resume=resume)
@@ -42,7 +42,7 @@ def build_error(overrides: list[str], run_dir) -> str:
     of many bad values (the CLI's printing of an FLError is tested in tests/system/test_cli_errors.py)."""
     import pytest
 
-    from fl_lightning.build import build
+    from fl_lightning.run.build import build
     from fl_lightning.errors import FLError
 
     with pytest.raises(FLError) as err:
@@ -58,7 +58,7 @@ def cli_in_process(argv: list[str], run_dir) -> tuple[int, str]:
     import contextlib
     import io
 
-    from fl_lightning import cli
+    from fl_lightning.run import cli
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err):

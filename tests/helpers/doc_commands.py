@@ -4,6 +4,10 @@
 A ``\\`` continuation is joined, a trailing ``# comment`` and a ``$ `` prompt are dropped; in a fenced block the
 lines after a ``$ `` command up to the next one are what it prints (:attr:`Command.output`).
 
+An inline span of overrides alone written relative to an experiment (issue 65: docs/text.md's ``method=local_adamw
+... data/partition=iid fl.rounds=10`` below its table's "all with ``experiment=glue_lora data=pydoc_topics``") is a
+command too: ``python train.py BASE FRAGMENT`` (:func:`fragments`; :attr:`Command.base` holds BASE).
+
 Used by tests/system/test_docs_commands.py."""
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ class Command:
     line: int
     text: str  # the command as a user types it (continuations joined, comment and prompt dropped)
     output: list[str] = field(default_factory=list)  # what the docs show it printing (``$ `` blocks)
+    base: str = ""  # a fragment's: the experiment's group choices it is written relative to (its text holds them)
 
     @property
     def where(self) -> str:
@@ -139,5 +144,57 @@ def _block(page: str, block: list[tuple[int, str]]) -> list[Command]:
     return out
 
 
+_OVERRIDE = re.compile(r"^[+~]?[A-Za-z_][\w.@/-]*=\S*$|^~[A-Za-z_][\w.@/-]*$")
+_HEADING = re.compile(r"^#{1,6}\s")
+
+
+def _overrides(text: str) -> list[str] | None:
+    """The words of ``text`` if each is a Hydra override (``a.b=1``, ``group=name``, ``'~a.b'``), else None."""
+    try:
+        words = shlex.split(text)
+    except ValueError:
+        return None
+    return words if words and all(_OVERRIDE.match(w) for w in words) else None
+
+
+_BASE = re.compile(r"\ball with `([^`]+)`")
+
+
+def fragments(page: str) -> list[Command]:
+    """The page's inline spans of two or more overrides written relative to an experiment: after a page says "all
+    with ``experiment=X ...``" (a table's header: its rows and the text below are runs of X), each span of overrides
+    alone in that section (up to the next heading; a span may wrap onto the next line), as ``python train.py`` +
+    those overrides + the span's own. A span of overrides elsewhere (relative to the defaults, or a template) is
+    not one: the page does not say what it is relative to."""
+    with open(os.path.join(ROOT, page)) as f:
+        lines = f.read().splitlines()
+    found: list[Command] = []
+    base: list[str] = []
+    fence, carry, start = None, "", 0
+    for n, line in enumerate(lines, 1):
+        m = _FENCE.match(line)
+        if fence is not None or m:
+            fence = (m.group(1) if fence is None else None if m and m.group(1).startswith(fence) else fence)
+            continue
+        if _HEADING.match(line):
+            base, carry = [], ""
+            continue
+        text = carry + line if carry else line
+        start = start if carry else n
+        if text.count("`") % 2 and n < len(lines) and lines[n].strip():  # a span wrapping onto the next line
+            carry = text.rstrip() + " "
+            continue
+        carry = ""
+        declared = _BASE.search(text)
+        if declared and (_overrides(declared.group(1)) or [""])[0].startswith("experiment="):
+            base = _overrides(declared.group(1))
+        for span in _SPAN.finditer(text):
+            words = _overrides(span.group(2).strip())
+            if base and words and len(words) >= 2 and not any(w.startswith("experiment=") for w in words):
+                found.append(Command(page, start, " ".join(["python", "train.py", *base, *map(shlex.quote, words)]),
+                                     base=" ".join(base)))
+    return found
+
+
 def all_commands() -> list[Command]:
-    return [c for p in doc_pages() for c in commands(p)]
+    return [c for p in doc_pages() for c in commands(p) + fragments(p)]

@@ -11,7 +11,7 @@ import signal
 
 import pytest
 
-from fl_lightning import cli
+from fl_lightning.run import cli
 from fl_lightning.checkpoint import Checkpointer
 from fl_lightning.loop import StopRequested
 from tests.helpers.cli import FAST, build_loop, make_cfg
@@ -79,7 +79,7 @@ def test_a_signal_during_a_save_stops_right_after_it(tmp_path):
 def test_a_signal_in_the_first_round_stops_at_once(tmp_path, monkeypatch):
     """Before this invocation finished a round nothing is worth a checkpoint: the loop's handler ends the process at
     once (``signals.stop_now``) instead of finishing the round; from the second round on it checkpoints first."""
-    from fl_lightning import signals
+    from fl_lightning.dist import signals
 
     calls = []
 

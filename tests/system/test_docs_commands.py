@@ -8,7 +8,10 @@ reproduction table) or lets the test shrink a command. The docs keep the real co
 
 - ``train.py`` lines, in-process (fast, one per distinct line): every job's group names, the first job composed
   and checked as ``train.py`` does (a bad key fails), every swept value applied to it and checked; the documented
-  refusals (``$ `` lines in a ```console block, :data:`REFUSED`) print their line, exit 2.
+  refusals (``$ `` lines in a ```console block, :data:`REFUSED`) print their line, exit 2, and their fix, where it
+  names a concrete change, gets the line past that check when followed (tests/helpers/fixes.py). A span of
+  overrides written relative to an experiment ("all with ``experiment=X``", issue 65) is such a line, composed with
+  that experiment (fast tier only: it is the experiment's line with other values).
 - slow: every sweep's combinations of group choices (method, arm, model, data, ...) composed and checked in full;
   shrunk runs of the lines' first jobs (one round, tiny widths, test_experiments_shrunk's tiny files): one per
   wiring, pairwise (a method's parts with each model, with each data set); not again what test_experiments_shrunk
@@ -65,7 +68,7 @@ SKIP = {
 
 def parts(cmd: Command) -> list[Command]:
     """``a && b`` -> two commands at the same place."""
-    return [Command(cmd.path, cmd.line, p.strip(), cmd.output) for p in cmd.text.split(" && ")]
+    return [Command(cmd.path, cmd.line, p.strip(), cmd.output, cmd.base) for p in cmd.text.split(" && ")]
 
 
 COMMANDS = [p for c in all_commands() for p in parts(c)]
@@ -196,7 +199,7 @@ def checked_config(argv: list[str], run_dir):
     """What ``train.py argv`` checks before it builds anything: group names and schema values (``cli.prepare``),
     the composition (a key the config lacks) and ``check_run`` (every key, rule and target). Returns the composed
     config; a refusal fails the test with the one line ``train.py`` prints."""
-    from fl_lightning import cli
+    from fl_lightning.run import cli
     from fl_lightning.config import check_run
     from fl_lightning.errors import FLError
     from tests.helpers.cli import make_cfg
@@ -296,7 +299,7 @@ def test_train_line_composes_and_every_swept_value_checks(cmd, tmp_path, monkeyp
     """The line's first job composes and passes ``train.py``'s checks; every group name of every job exists; every
     value the sweep gives a plain key is applied to the first job and checked (:func:`diagonal`); each combination
     of group choices is composed by the slow test."""
-    from fl_lightning import cli
+    from fl_lightning.run import cli
 
     with_env(cmd, monkeypatch)
     multirun, args = train_args(cmd)
@@ -324,6 +327,32 @@ def test_a_documented_refusal_is_the_line_the_command_prints(cmd, tmp_path, at_r
     line = one_line_error(cli_in_process(args, tmp_path / "run"), REFUSED.get(cmd.text, ""))
     if cmd.output:
         assert [line] == cmd.output, (cmd.where, line)
+    named = re.findall(r"(?<![\w.])(model\.[\w.]*\w)", line.partition("; fix: ")[2])
+    if named:  # the fix's words name keys of this run's config (the model's own size keys, issue 65)
+        from tests.helpers.cli import make_cfg
+        from omegaconf import OmegaConf
+
+        cfg = make_cfg(args)
+        assert all(OmegaConf.select(cfg, k, default=None) is not None for k in named), (cmd.where, named, line)
+
+
+@pytest.mark.parametrize("cmd", CONSOLE, ids=ids(CONSOLE))
+def test_a_documented_refusals_fix_works_when_followed(cmd, at_root):
+    """Issue 65: a fix that fails when followed is a defect, like a traceback. The fix of each documented refusal
+    that ``train.py`` gives before building anything, where it names a concrete change (``set fl.clients_per_round=16``,
+    ``e.g. method.alpha=0.5``), is applied to the documented command line; the line then gets past that check. (The
+    memory refusal comes after the model is counted: its fix names the model's own size keys, checked where it is
+    run, above.)"""
+    from tests.helpers.fixes import fix_defects, follow, verdict
+
+    _, args = train_args(cmd)
+    line = verdict(args)
+    if line is None:
+        assert cmd.text in REFUSED, f"{cmd.where}: refused only when built, and not in REFUSED"
+        pytest.skip("refused after the check (when the model is counted): followed in the refusal's test")
+    assert follow(args, line), f"{cmd.where}: the fix names no concrete change: {line}"
+    bad = fix_defects(args, line)
+    assert not bad, "\n".join(bad)
 
 
 def test_the_docs_name_no_old_module_path():
@@ -349,6 +378,11 @@ def test_the_collector_finds_the_documented_commands():
     assert any(c.path == "docs/reproduction.md" and "experiment=fedpac_cifar100 " in c.text for c in COMMANDS)  # inline
     assert any(c.output and c.path == "docs/usage.md" for c in COMMANDS)  # a console block's output
     assert len(REPORT) >= 17 and len(DISTINCT) < len(TRAIN)
+    # overrides written relative to an experiment (issue 65): the text's one-client line, composed with it
+    local = [c for c in DISTINCT if c.path == "docs/text.md" and "fl.num_clients=1" in c.text]
+    assert local and local[0].base == "experiment=glue_lora data=pydoc_topics", local
+    assert train_args(local[0])[1][:2] == ["experiment=glue_lora", "data=pydoc_topics"]
+    assert "data/partition=iid" in train_args(local[0])[1] and "fl.rounds=10" in train_args(local[0])[1]
 
 
 # ---------------------------------------------------------------------------------------------- slow: every job
@@ -385,6 +419,9 @@ def run_plan() -> tuple[list[Command], dict[str, str]]:
     plan, why, seen = [], {}, {}
     for cmd in TRAIN:
         multirun, args = train_args(cmd)
+        if cmd.base:
+            why[cmd.where] = f"overrides written relative to {cmd.base}: composed and checked in the fast tier"
+            continue
         if any(key_of(a) == "trainer.accelerator" and a.endswith("=gpu") for a in args):
             why[cmd.where] = SKIP["gpu"]
             continue
@@ -459,7 +496,7 @@ def test_each_distinct_experiment_runs_shrunk(cmd, files, tmp_path, monkeypatch,
     method's parts ran with its model and with its data already in this process (pairwise coverage). First, the
     first line of each real data set (per process) runs as written: its data absent here, it ends in one line
     naming what is missing, exit 2 (not where the data is present: it would train for hours)."""
-    from fl_lightning.run_dir import merge_overrides
+    from fl_lightning.run.run_dir import merge_overrides
     from tests.helpers.cli import make_cfg
 
     job = first_job(cmd)

@@ -147,7 +147,7 @@ def test_the_yamls_comm_is_what_a_run_sends(fednova, tmp_path):
 
 # ------------------------------------------------------------------------------------------ the CLI's part
 def test_searchpath_is_saved_absolute(tmp_path, monkeypatch):
-    from fl_lightning.run_dir import absolute_searchpath
+    from fl_lightning.run.run_dir import absolute_searchpath
 
     monkeypatch.chdir(tmp_path)
     assert absolute_searchpath("hydra.searchpath=[file://my conf,pkg://a.b]") == \
@@ -156,7 +156,7 @@ def test_searchpath_is_saved_absolute(tmp_path, monkeypatch):
 
 
 def test_resume_command_names_the_pythonpath_of_the_runs_own_code(fednova, monkeypatch):
-    from fl_lightning.run_dir import resume_command
+    from fl_lightning.run.run_dir import resume_command
 
     cfg = OmegaConf.create({"method": {"parts": {"a": {"_target_": "fednova.FedNova"},
                                                  "b": {"_target_": "fl_lightning.strategies.parts.LocalOptimizer"}}}})

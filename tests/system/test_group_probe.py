@@ -9,8 +9,9 @@ Each case must reach its verdict before anything is built: :func:`fl_lightning.c
 ``model.net.hidden`` before any allocation) refuses it with one line naming the key the user typed and a fix, or it
 is one of the documented valid values below. For the method, optimizer and server_opt groups a value the validation
 accepts is also given to :func:`fl_lightning.strategies.build_strategy` (cheap: the local optimizer is tried on a 2×2
-tensor, a server optimizer on no tensors), whose refusals must name the key too. Where a fix names a value
-(``e.g. model.net.layers=2``), that value is set and the error on that key must go away. Models and datasets are
+tensor, a server optimizer on no tensors), whose refusals must name the key too. Where a fix names values
+(``e.g. model.net.layers=2``, ``did you mean X? (X=1)``), they are set and the error on that key (or on a key the
+fix wrote) must go away (issue 65: a fix that fails when followed is a defect). Models and datasets are
 never built (no weights, no files), so the probe runs in about a minute."""
 from __future__ import annotations
 
@@ -216,15 +217,31 @@ def _names(err, key: str) -> bool:
 
 
 def _follow_fix(cfg, group: str, key: str, err) -> str | None:
-    """If the fix names a value for ``key`` (``... e.g. key=VALUE``), set it: what is still wrong with ``key`` then
-    (None: the error went away). Each fix is followed once per key (the bad values of a key share their fix)."""
-    m = re.search(rf"(?<![\w.]){re.escape(key)}=(\S+?)(?=[\s;)]|$)", err.fix)
-    if not m or (key, m.group(1)) in _FOLLOWED:
-        return None
-    _FOLLOWED.add((key, m.group(1)))
-    with _Set(cfg, key, _parse(key, m.group(1))):
-        again = verdict(cfg, group)
-    return str(again) if again is not None and _names(again, key) else None
+    """Follow the fix where it names a concrete change of config keys (issue 65; the alternatives of
+    tests/helpers/fixes.py, e.g. ``set it to ..., e.g. model.net.layers=2``, ``set e.g. fl.local_steps=5
+    fl.local_epochs=null``, ``did you mean X? (X=1; ...)``): each alternative's overrides are set, and what is
+    still wrong then with ``key`` or with a key the fix wrote is returned (None: the error went away). A group
+    choice (``model=mlp``) is composed, not set: not followed here (test_fix_lines.py follows those). Each fix is
+    followed once per key (the bad values of a key share their fix)."""
+    from contextlib import ExitStack
+
+    from tests.helpers.fixes import _PLACEHOLDER, _alternatives, _bare, key_of, tokens
+
+    for alt in _alternatives(err.fix):
+        toks = [t for t in tokens(_bare(alt).partition(" in place of ")[0])
+                if not _PLACEHOLDER.search(t.split("=", 1)[1]) and "." in key_of(t) and "/" not in key_of(t)
+                and not t.startswith(("hydra.", "~"))]
+        if not toks or (key, tuple(toks)) in _FOLLOWED:
+            continue
+        _FOLLOWED.add((key, tuple(toks)))
+        written = {key_of(t) for t in toks}
+        with ExitStack() as stack:
+            for t in toks:
+                stack.enter_context(_Set(cfg, key_of(t), _parse(key_of(t), t.split("=", 1)[1])))
+            again = verdict(cfg, group)
+        if again is not None and (_names(again, key) or again.key.split(" (via ")[0] in written):
+            return f"{' '.join(toks)} -> {again}"
+    return None
 
 
 _FOLLOWED: set = set()
@@ -333,6 +350,17 @@ def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member)
             bad.append(f"+{typo} accepted")
         elif not _names(err, typo) or real not in err.fix:
             bad.append(f"+{typo}: should name it and suggest {real}: {err}")
+        else:  # its fix, followed: the typed value under the key meant, without the typo (no + on a key there is)
+            from tests.helpers.fixes import tokens
+
+            meant = [t for t in tokens(err.fix) if t.split("=", 1)[0] == real]
+            if not meant:
+                bad.append(f"+{typo}: the fix does not write the override meant ({real}=...): {err.fix}")
+            else:
+                with _Set(cfg, real, _parse(real, meant[0].split("=", 1)[1])):
+                    again = verdict(cfg, group)
+                if again is not None and _names(again, real):
+                    bad.append(f"+{typo}: following the fix ({meant[0]}) still fails: {again}")
     bad += _new_part_and_relabel(cfg, group, member, node_key)
     grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
     assert grown < 256 * 1024, f"{group}={member}: the cases raised the peak memory by {grown // 1024} MiB"

@@ -1,13 +1,15 @@
 """Every key of the composed default config × {abc, null, -1, 0} through the CLI (issue "Reliability" item 3):
 each case is a one-line error naming the key (exit 2) or one of the documented valid values below, where the run
-then trains — never a traceback, never a value silently replaced. Runs in-process (train.py's checks, the Hydra
-composition and ``cli.run``) with one short round, so the ~240 cases take about a minute."""
+then trains — never a traceback, never a value silently replaced; a refusal's fix that names a concrete change gets
+the line past that check when followed (issue 65). Runs in-process (train.py's checks, the Hydra composition and
+``cli.run``) with one short round, so the ~240 cases take about a minute."""
 from __future__ import annotations
 
 import pytest
 from omegaconf import OmegaConf
 
 from tests.helpers.cli import FAST, cli_in_process, make_cfg
+from tests.helpers.fixes import built_verdict, fix_defects, verdict
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +58,11 @@ def test_the_probe_covers_the_whole_default_config():
 
 @pytest.mark.parametrize("key", KEYS)
 def test_every_key_refuses_bad_values_in_one_line(tmp_path, monkeypatch, key):
+    """... and where the fix names a concrete change (``set e.g. fl.rounds=40``), following it gets the line past
+    that check (issue 65; tests/helpers/fixes.py), checked before building, or built where the build refused it;
+    each of a key's fixes once."""
     monkeypatch.chdir(tmp_path)  # relative folders a value names (store.offload_dir=abc) land here
+    followed = set()
     for value in VALUES:
         code, err = cli_in_process(BASE + [f"{key}={value}"], tmp_path / f"run_{value}")
         if value in VALID.get(key, ()):
@@ -65,6 +71,12 @@ def test_every_key_refuses_bad_values_in_one_line(tmp_path, monkeypatch, key):
         lines = err.strip().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), (key, value, err)
         assert NAMED_AS.get(key, key) in lines[0], (key, value, lines[0])  # the full key a user typed
+        fix = lines[0].partition("; fix: ")[2]
+        if fix not in followed:
+            followed.add(fix)
+            argv = BASE + [f"{key}={value}"]
+            bad = fix_defects(argv, lines[0], verdict if verdict(argv) is not None else built_verdict)
+            assert not bad, "\n".join(bad)
 
 
 # the last inputs that ended in a traceback, ran silently or gave the wrong hint: (overrides, start of the one line,
@@ -96,7 +108,7 @@ CASES = [
     (["-m", "method=fedavg,fedavgg"], "unknown method 'fedavgg'",  # a sweep's list: was Hydra's, no names
      ["fix: did you mean method=fedavg? valid: adam_biclip"], []),
     (["data.partition=iid"], "data.partition: is 'iid', not a partition",  # was an AttributeError
-     ["fix: choose the partition with data/partition=iid"], []),
+     ["fix: choose the partition with data/partition=iid in place of data.partition=iid"], []),
     (["method.parts=null"], "method.parts: is null", ["method.parts.<part>=null"], []),  # was an AttributeError
     (["server_opt=adam"], "server_opt: this config has no server_opt to override",  # was Hydra's, with no fix
      ["fix: choose a method with a server optimizer, e.g. method=fedadam server_opt=adam"], []),
@@ -106,6 +118,7 @@ CASES = [
 
 @pytest.mark.parametrize("overrides,start,needles,absent", CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_the_last_tracebacks_and_wrong_hints_are_one_line(tmp_path, overrides, start, needles, absent):
+    """(Their fixes, followed: tests/system/test_fix_lines.py.)"""
     code, err = cli_in_process(BASE + overrides, tmp_path / "run")
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, (code, err)
@@ -130,4 +143,4 @@ def test_a_plus_key_close_to_one_names_it(method, typed, near):
     overrides = [f"method={method}", f"+method.{typed}=0.5"]
     with pytest.raises(ConfigError) as err:
         check(make_cfg(BASE + overrides), overrides)
-    assert err.value.key == f"method.{typed}" and err.value.fix == f"did you mean {near}?", str(err.value)
+    assert err.value.key == f"method.{typed}" and err.value.fix == f"did you mean {near}? ({near}=0.5)", str(err.value)

@@ -16,7 +16,7 @@ SETTING = ["fl.rounds=1", "fl.num_clients=4", "fl.clients_per_round=2", "fl.loca
 
 def _forbidden() -> tuple[type, ...]:
     from fl_lightning.checkpoint import Checkpointer
-    from fl_lightning.client_store import ClientStateStore
+    from fl_lightning.loop.client_store import ClientStateStore
     from fl_lightning.cohort.engine import Cohort
     from fl_lightning.loop import FederatedLoop
     from fl_lightning.recorder import RunRecorder

@@ -1,4 +1,4 @@
-"""A lost peer is one line (fl_lightning/peers.py): a rank killed mid-run ends every survivor within seconds with one
+"""A lost peer is one line (fl_lightning/dist/peers.py): a rank killed mid-run ends every survivor within seconds with one
 line naming the rank and the resume command, and the last checkpoint resumes; a rank waiting for a peer that never
 comes stops at trainer.timeout_s, or at once on SIGTERM; processes that do not share the run directory stop with one
 line each, exit 2."""

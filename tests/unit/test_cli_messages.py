@@ -11,10 +11,11 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fl_lightning import cli, peers, signals
+from fl_lightning.run import cli
+from fl_lightning.dist import peers, signals
 from fl_lightning.cohort import auto
 from fl_lightning.recorder import RunRecorder
-from fl_lightning.run_dir import resume_command
+from fl_lightning.run.run_dir import resume_command
 from tests.helpers.cli import CONF
 
 

@@ -134,7 +134,7 @@ def test_threads_setting(monkeypatch):
     a checked value and does not check it again)."""
     import os
 
-    from fl_lightning.build import apply_threads
+    from fl_lightning.run.build import apply_threads
     from fl_lightning.config import check
     from tests.helpers.cli import make_cfg
 
@@ -235,7 +235,7 @@ def test_build_checks_nothing_in_a_checked_config(tmp_path):
     the keys' declarations (hash, step budget) and checks what the data decides on values (``fl.num_clients=auto``)."""
     import sys
 
-    from fl_lightning.build import build
+    from fl_lightning.run.build import build
     from tests.helpers.cli import make_cfg
 
     checking = ("checks", "args", "groups", "run_check", "paper_block", "keys")

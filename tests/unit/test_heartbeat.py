@@ -1,4 +1,4 @@
-"""fl_lightning/peers.py in one process: the heartbeat names the rank whose counter stood still (torch's in-memory
+"""fl_lightning/dist/peers.py in one process: the heartbeat names the rank whose counter stood still (torch's in-memory
 HashStore standing in for the rendezvous store), ranks that are stopping themselves are not named, a store that does
 not answer gives None, and the failures a lost peer raises are told from other errors."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import pytest
 import torch.distributed as dist
 
-from fl_lightning import peers
+from fl_lightning.dist import peers
 
 
 def test_the_rank_whose_beat_stands_still_is_named():

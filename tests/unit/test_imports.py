@@ -9,15 +9,14 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.absp
 
 # lowest first; a module may import its own package's modules and anything in a lower layer
 LAYERS = [
-    {"errors", "seeding", "schedule", "messages", "config", "_compat", "signals", "threads", "slurm", "peers",
-     "precision"},
-    {"codecs", "optim", "data", "checkpoint", "client_store", "recorder", "progress", "report"},
+    {"errors", "seeding", "schedule", "messages", "config", "_compat", "threads", "precision", "dist"},
+    {"codecs", "optim", "data", "checkpoint", "recorder", "progress", "report"},
     {"server_opt", "models"},
     {"strategies"},
     {"step"},
-    {"loop", "services", "cohort"},
-    {"build"},
-    {"cli", "run_dir"},
+    {"cohort"},
+    {"loop"},
+    {"run"},
 ]
 
 

@@ -150,7 +150,7 @@ def test_a_named_validator_is_one_line_with_its_message():
 
 
 def test_the_schema_imports_no_torch():
-    code = "import sys, fl_lightning.config.schema, fl_lightning.cli, fl_lightning.config.keys; print('torch' in sys.modules)"
+    code = "import sys, fl_lightning.config.schema, fl_lightning.run.cli, fl_lightning.config.keys; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.stdout.strip() == "False", out.stderr
 
@@ -158,7 +158,7 @@ def test_the_schema_imports_no_torch():
 def test_a_model_larger_than_free_memory_is_refused_before_allocating(tmp_path, monkeypatch):
     """Size sanity check: parameters × bytes (counted on the meta device) against the free memory, one line naming
     the model keys, instead of an allocation failure or the OOM killer later."""
-    from fl_lightning import build as build_mod
+    from fl_lightning.run import build as build_mod
     from tests.helpers.cli import build_error
 
     monkeypatch.setattr(build_mod, "available_memory", lambda device: 100_000)  # ~100 kB free: the CNN needs more

@@ -6,7 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fl_lightning.build import shared_devices
+from fl_lightning.run.build import shared_devices
 from fl_lightning.errors import ConfigError
 from fl_lightning.config.checks import check_overrides
 

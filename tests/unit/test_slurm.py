@@ -1,11 +1,11 @@
-"""fl_lightning/slurm.py: which job ``scontrol requeue`` names, and one line (never a traceback) when it cannot run."""
+"""fl_lightning/dist/slurm.py: which job ``scontrol requeue`` names, and one line (never a traceback) when it cannot run."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from fl_lightning.slurm import RequeueError, job_id, requeue
+from fl_lightning.dist.slurm import RequeueError, job_id, requeue
 
 
 def _scontrol(tmp_path, body: str) -> dict:

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 import fl_lightning.checkpoint.writer as ckpt_mod
 from fl_lightning.checkpoint import Checkpointer, TensorDict, list_checkpoints
-from fl_lightning.client_store import ClientStateStore
+from fl_lightning.loop.client_store import ClientStateStore
 from tests.helpers.cli import FAST, build_loop
 
 

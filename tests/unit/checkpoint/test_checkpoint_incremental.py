@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from fl_lightning.checkpoint import RETAINED, Checkpointer, DamagedCheckpoint, TensorDict, list_checkpoints
-from fl_lightning.client_store import ClientStateStore
+from fl_lightning.loop.client_store import ClientStateStore
 from tests.helpers.cli import FAST, build_loop
 
 

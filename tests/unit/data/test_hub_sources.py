@@ -334,7 +334,7 @@ def test_an_old_glue_run_resumes_as_tsv_through_the_resume_check(tmp_path):
     difference in a result key), and the run continues reading TSV files."""
     from omegaconf import OmegaConf, open_dict
 
-    from fl_lightning.run_dir import resume_config
+    from fl_lightning.run.run_dir import resume_config
 
     old = make_cfg(["experiment=glue_lora", "data.source=tsv"])
     with open_dict(old.data):

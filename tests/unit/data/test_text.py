@@ -144,7 +144,7 @@ def test_loading_the_backbone_draws_no_bar_of_transformers(files, capfd):
 def test_missing_backbone_is_one_config_error(files, tmp_path, path, needle):
     cfg = make_cfg(_overrides(files, tmp_path, "cola", f"model.net.pretrained_path={path or 'null'}",
                               f"data.tokenizer_path={files / 'tok'}"), tmp_path)
-    from fl_lightning.build import build
+    from fl_lightning.run.build import build
 
     with pytest.raises(ConfigError) as err:
         build(cfg, str(tmp_path))

@@ -119,7 +119,7 @@ def test_old_runs_config_hashes_are_unchanged():
 
 
 def test_the_resolved_values_are_written_into_the_saved_config_and_inherited(tmp_path):
-    from fl_lightning.build import build
+    from fl_lightning.run.build import build
 
     code, err = cli_in_process([*FAST, "method=fedavg", "fl.rounds=1"], tmp_path / "run")
     assert code == 0, err
@@ -137,7 +137,7 @@ def test_a_run_after_the_probe_equals_the_run_given_the_chosen_values(tmp_path, 
     """With a mocked CUDA device (the probe's runs are real, on the CPU; ``graphs`` fails there and is left out) and
     the choice pinned to K = 2: the run, built after its probe, equals bit for bit the run given
     ``trainer.cohort=2 trainer.compile=none``: the probe's throwaway runs leave nothing behind."""
-    from fl_lightning import build as build_mod
+    from fl_lightning.run import build as build_mod
 
     ov = ["method=scaffold", "fl.num_clients=6", "fl.clients_per_round=3", "fl.rounds=2", "fl.local_steps=3",
           "trainer.progress=false", "trainer.accelerator=cpu"]

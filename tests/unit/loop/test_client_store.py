@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from fl_lightning import client_store
-from fl_lightning.client_store import ClientStateStore
+from fl_lightning.loop import client_store
+from fl_lightning.loop.client_store import ClientStateStore
 
 
 def _state(seed: int = 0) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ import importlib.util
 
 import pytest
 
-from fl_lightning.build import make_loggers
+from fl_lightning.run.build import make_loggers
 from fl_lightning.errors import ConfigError
 from tests.helpers.cli import FAST, cli_in_process, make_cfg
 

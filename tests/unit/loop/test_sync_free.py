@@ -112,7 +112,7 @@ def test_no_synchronising_call_per_local_step_cuda(tmp_path, method):
 def test_store_round_trip_through_reused_pinned_staging():
     """checkin/checkout through the pinned staging buffers: values, dtypes and shapes kept; the stored states are
     not pinned; the staging buffer is reused (not reallocated) across clients; 0-d tensors stay on the CPU."""
-    from fl_lightning.client_store import ClientStateStore
+    from fl_lightning.loop.client_store import ClientStateStore
 
     store = ClientStateStore("cuda")
     g = torch.Generator().manual_seed(0)

@@ -1,5 +1,5 @@
 """The Hessian-vector product (Sophia's Hutchinson estimate) through models with fused attention: the estimate's
-forward runs SDPA on its math backend, which has a double backward (fl_lightning/services.py, twice_differentiable),
+forward runs SDPA on its math backend, which has a double backward (fl_lightning/loop/services.py, twice_differentiable),
 and equals the same product with the model's own non-fused attention, to float rounding."""
 from __future__ import annotations
 

@@ -36,8 +36,8 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor
 
-from ._compat import storage_use_count
-from .errors import ConfigError
+from .._compat import storage_use_count
+from ..errors import ConfigError
 
 ALIGN = 64  # byte alignment of each value in a client's buffer (a multiple of every dtype's size)
 SPARES = 4  # buffers kept for reuse: a fresh one above glibc's mmap threshold (32 MB) is page-faulted in on first use

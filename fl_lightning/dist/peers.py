@@ -28,7 +28,7 @@ import time
 import uuid
 import weakref
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 BEAT_S = 1.0  # heartbeat period; a counter that does not move in CHECK_S seconds is a process gone
 CHECK_S = 4.0
@@ -107,7 +107,7 @@ def check_shared_dir(fabric, run_dir: str, wait_s: float = 5.0) -> None:
 
 # ---------------------------------------------------------------------------------------------- heartbeat
 def _default_store():
-    from ._compat import default_store  # _compat imports torch (2 s): only a run of several processes
+    from .._compat import default_store  # _compat imports torch (2 s): only a run of several processes
 
     return default_store()
 
@@ -245,7 +245,7 @@ def _stopping() -> set[int]:
 def watch_children(launcher) -> None:
     """Replace Lightning's child-process observer of ``launcher`` (after ``fabric.launch``): a rank that dies ends
     this process with one line (the rank, its exit code, where the run stands) instead of a silent SIGKILL."""
-    from ._compat import silence_child_observer  # imports torch, as above
+    from .._compat import silence_child_observer  # imports torch, as above
 
     procs = list(getattr(launcher, "procs", []))
     if not procs or not silence_child_observer():

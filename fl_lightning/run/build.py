@@ -16,21 +16,22 @@ import warnings
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from . import peers, precision, signals
-from ._compat import import_fabric, set_collective_timeout, starts_processes_from_a_function
-from .checkpoint import Checkpointer
-from .client_store import ClientStateStore
-from .cohort import auto as auto_settings
-from .cohort import auto_cohort, check_cohort_memory
-from .step import Capture
-from .config import check_clients, check_run, config_hash, instantiate, interpolation_source
-from .data import build_federated_data, hub
-from .errors import ConfigError
-from .loop import FederatedLoop, LoopConfig
-from .models import build_model
-from .recorder import RunRecorder
-from .strategies import build_strategy
-from .threads import auto_threads
+from ..dist import peers, signals
+from .. import precision
+from .._compat import import_fabric, set_collective_timeout, starts_processes_from_a_function
+from ..checkpoint import Checkpointer
+from ..loop.client_store import ClientStateStore
+from ..cohort import auto as auto_settings
+from ..cohort import auto_cohort, check_cohort_memory
+from ..step import Capture
+from ..config import check_clients, check_run, config_hash, instantiate, interpolation_source
+from ..data import build_federated_data, hub
+from ..errors import ConfigError
+from ..loop.loop import FederatedLoop, LoopConfig
+from ..models import build_model
+from ..recorder import RunRecorder
+from ..strategies import build_strategy
+from ..threads import auto_threads
 
 log = logging.getLogger("fl_lightning")
 
@@ -119,7 +120,7 @@ def make_fabric(cfg: DictConfig, run_dir: str):
         msg = " ".join(str(err).split())
         key = next((f"trainer.{k}" for k in ("strategy", "precision", "accelerator", "devices", "num_nodes")
                     if k in msg), "trainer")
-        from .config.checks import example, value_text
+        from ..config import example, value_text
 
         ex = f"set e.g. {key}={value_text(example(key))} " if key != "trainer" else ""
         raise ConfigError(key, f"Lightning Fabric refused it: {msg[:300]}",

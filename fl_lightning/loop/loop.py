@@ -24,19 +24,20 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import seeding, signals
-from .checkpoint import Checkpointer, TensorDict, TorchRNG
+from .. import seeding
+from ..dist import signals
+from ..checkpoint import Checkpointer, TensorDict, TorchRNG
 from .client_store import ClientStateStore
-from .cohort import Cohort, CohortRun
-from .step import Capture, ClientStep, check_finite, counts as capture_counts, mean_losses, run_steps
-from .strategies import unsaved
-from .errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
-from .progress import RoundProgress
-from .recorder import RunRecorder
-from .schedule import lr_factor
-from .config import FL, Checkpoint
+from ..cohort import Cohort, CohortRun
+from ..step import Capture, ClientStep, check_finite, counts as capture_counts, mean_losses, run_steps
+from ..strategies import unsaved
+from ..errors import ConfigError, NonFiniteLossError, ResumeError, StopRequested  # noqa: F401 (StopRequested: re-exported)
+from ..progress import RoundProgress
+from ..recorder import RunRecorder
+from ..schedule import lr_factor
+from ..config import FL, Checkpoint
 from .services import LoopServices
-from .strategies.base import MODEL_KEY, Aggregate, ClientContext, ServerContext, Strategy
+from ..strategies.base import MODEL_KEY, Aggregate, ClientContext, ServerContext, Strategy
 
 log = logging.getLogger("fl_lightning")
 

@@ -10,7 +10,7 @@ import os
 import shutil
 import subprocess
 
-from .errors import FLError
+from ..errors import FLError
 
 
 class RequeueError(FLError):

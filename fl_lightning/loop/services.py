@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import seeding
-from .step.grads import hvp, twice_differentiable  # noqa: F401 (twice_differentiable: re-exported)
+from .. import seeding
+from ..step.grads import hvp, twice_differentiable  # noqa: F401 (twice_differentiable: re-exported)
 
 
 class LoopServices:

@@ -1,5 +1,5 @@
 """The command line behind ``train.py``: group-name checks before Hydra, one-line errors, and a run's life: start,
-stop and resume from the directory alone (:mod:`fl_lightning.run_dir`: the saved overrides re-composed, new ones on
+stop and resume from the directory alone (:mod:`fl_lightning.run.run_dir`: the saved overrides re-composed, new ones on
 top, differences in result-relevant keys named; the directory's lock and guard)."""
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from . import peers, signals, slurm
-from .errors import FLError, NonFiniteLossError, StopRequested
-from .progress import _stream_handlers, set_enabled
+from ..dist import peers, signals, slurm
+from ..errors import FLError, NonFiniteLossError, StopRequested
+from ..progress import _stream_handlers, set_enabled
 from .run_dir import (CONTROL, OVERRIDES_FILE, RunDirLock, in_sweep, override_key, resume_hint, saved_overrides, task_overrides,
                       guard_fresh_run, merge_overrides, resume_command, resume_config)
-from .config import CONFIG_GROUPS, OPTIONAL_GROUPS, register
-from .config import check_overrides, check_resume, check_run, check_value, closest_key
+from ..config import CONFIG_GROUPS, OPTIONAL_GROUPS, register
+from ..config import check_overrides, check_resume, check_run, check_value, closest_key
 
 register()  # the schema (conf/config.yaml's first default) before Hydra composes
 
@@ -135,7 +135,7 @@ def option_key(word: str, argv: list[str], conf_dir: str) -> str | None:
     ``fl.rounds``, ``seed`` -> ``seed``), else :data:`OPTION_KEYS`' key for it, else a key of the config composed
     with the command line's group choices whose last part is ``word`` (``width`` -> ``model.net.width``); None if
     there is none."""
-    from .config.schema import all_keys
+    from ..config import all_keys
 
     schema = [k for k in all_keys() if k not in _NOT_SET]
     same = [k for k in schema if k.rsplit(".", 1)[-1] == word]
@@ -237,7 +237,7 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
 def _target_takes(cfg, name: str) -> tuple[str, list[str]] | None:
     """(target, its arguments) when ``name``'s parent node is built by a ``_target_`` whose signature has no such
     argument (and no ``**kwargs``); None when it has one, or the node has no target (then ``+name=`` may be right)."""
-    from .config import target_info
+    from ..config import target_info
 
     parent, _, leaf = name.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None) if parent else None
@@ -331,7 +331,7 @@ def _disk_message(err: OSError, run_dir: str, loop, cfg: DictConfig | None = Non
 
 
 def _lost_peer(err: BaseException, cfg: DictConfig) -> None:
-    """One line naming the rank that is gone (:mod:`fl_lightning.peers`), then ``os._exit(1)``: nothing of the broken
+    """One line naming the rank that is gone (:mod:`fl_lightning.dist.peers`), then ``os._exit(1)``: nothing of the broken
     process group is torn down (its threads could abort the process with a second message); the checkpoints written
     are complete (each renamed into place), and a non-zero exit lets torchrun's ``--max-restarts`` start again."""
     dist = sys.modules["torch.distributed"]
@@ -353,7 +353,7 @@ def _resume_dir(cfg: DictConfig) -> str | None:
     run: the one line a job script, a requeued Slurm job or a re-run sweep needs."""
     r = cfg.get("resume")
     if r == "auto":
-        from .checkpoint import list_checkpoints  # imports torch (2 s): only for resume=auto, after the checks
+        from ..checkpoint import list_checkpoints  # imports torch (2 s): only for resume=auto, after the checks
 
         run_dir = str(cfg.run_dir)
         return run_dir if list_checkpoints(os.path.join(run_dir, "checkpoints")) else None

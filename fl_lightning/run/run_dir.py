@@ -15,8 +15,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from .config import result_diff
-from .errors import ConfigError, ResumeError
+from ..config import result_diff
+from ..errors import ConfigError, ResumeError
 
 log = logging.getLogger("fl_lightning")
 CONTROL = ("resume", "force_resume", "stop_after_rounds", "overwrite")  # how to run now, never carried over
@@ -81,8 +81,8 @@ def resume_config(cfg: DictConfig, run_dir: str, force: bool) -> DictConfig:
     """Check the config resuming ``run_dir`` (composed from the run's saved overrides with this command's on top,
     :func:`prepare`): a difference from the saved config in a key that changes results is refused with one line
     naming the keys, unless ``force_resume=true``."""
-    from .data.hub import inherit_source
-    from .precision import inherit
+    from ..data.hub import inherit_source
+    from ..precision import inherit
 
     saved_cfg = os.path.join(run_dir, "config.yaml")
     if os.path.exists(saved_cfg):
@@ -121,7 +121,7 @@ class RunDirLock:
 def guard_fresh_run(run_dir: str, overwrite: bool) -> None:
     """A new run (no ``resume=``) into a directory that already holds a run's checkpoints is refused, unless
     ``overwrite=true``, which removes that run's checkpoints, metrics, summary and logs first."""
-    from .checkpoint import list_checkpoints  # imports torch (2 s): only when resuming
+    from ..checkpoint import list_checkpoints  # imports torch (2 s): only when resuming
 
     ckpts = list_checkpoints(os.path.join(run_dir, "checkpoints"))
     if not ckpts:
