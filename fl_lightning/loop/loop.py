@@ -14,7 +14,6 @@ strict checkpoints) and the :class:`~fl_lightning.recorder.RunRecorder` (metric 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import signal
 from collections.abc import Mapping
@@ -36,6 +35,8 @@ from ..progress import RoundProgress
 from ..recorder import RunRecorder
 from ..schedule import lr_factor
 from ..config import FL, Checkpoint
+from .divergence import divergence_line
+from .placement import assign_clients
 from .services import LoopServices
 from ..strategies.base import MODEL_KEY, Aggregate, ClientContext, ServerContext, Strategy
 
@@ -56,23 +57,6 @@ class LoopConfig:
     client_lr_key: str | None
     server_lr_key: str | None
     capture: Capture = field(default_factory=Capture)  # the resolved trainer.compile: how the local step runs
-
-
-def assign_clients(work: list[float], world: int, clients=None, pinned=None) -> dict[int, int] | list[int]:
-    """The process that trains each of ``clients`` (default: all, returned as a list): a client whose state a
-    process holds (``pinned[c]`` >= 0) trains there; the others greedy longest-first, by decreasing local work (steps
-    per round; they differ under ``local_epochs``), each to the least-loaded process (ties: lower id, lower rank).
-    Deterministic, so every process computes the same map."""
-    load, owner = [0.0] * world, {}
-    todo = range(len(work)) if clients is None else clients
-    for c in todo:
-        if pinned is not None and pinned[c] >= 0:
-            owner[c] = pinned[c]
-            load[owner[c]] += work[c]
-    for c in sorted((c for c in todo if c not in owner), key=lambda c: (-work[c], c)):
-        r = min(range(world), key=lambda r: (load[r], r))
-        owner[c], load[r] = r, load[r] + work[c]
-    return [owner[c] for c in range(len(work))] if clients is None else owner
 
 
 class FederatedLoop:
@@ -202,22 +186,7 @@ class FederatedLoop:
             yield (cid, *self.train_client(cid, r, received, lr_f))
 
     def _divergence(self, r: int, cid: int, mean_loss: float, first_loss: float) -> str:
-        """One line naming the learning rate that grew the loss: finite at the model the client received, then not,
-        the client steps did (the clients' lr); already not finite there, the server's step of an earlier round did
-        (the server's lr), or, in round 1, the initial model or the data."""
-        c = self.config
-        last = self.checkpointer.newest()
-        where = f"; last good checkpoint: {last}" if last else "; no checkpoint was written yet"
-        head = f"training loss became {mean_loss} at round {r + 1}, client {cid}"
-        if math.isfinite(first_loss):
-            fix = f"lower the clients' learning rate ({c.client_lr_key or 'the local optimizer lr'}) or set method.grad_clip"
-            return f"{head}, growing over its local steps from {first_loss:.4g}: {fix}{where}"
-        if r == 0:
-            return (f"{head}: the loss is {first_loss} already at the initial model: check the data for NaN/inf "
-                    f"inputs and the model's initialisation{where}")
-        server = c.server_lr_key or "the server step's learning rate"
-        return (f"{head}: the loss is {first_loss} already at the global model the server sent, so the server's "
-                f"update grew it: lower the server's learning rate ({server}){where}")
+        return divergence_line(self.config, self.checkpointer.newest(), r, cid, mean_loss, first_loss)
 
     # ------------------------------------------------------------------ one round
     def run_round(self, r: int, progress: RoundProgress | None = None) -> dict[str, float]:

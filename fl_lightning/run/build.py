@@ -307,7 +307,8 @@ def loop_of(cfg: DictConfig, run_dir: str, fabric, data, module, strategy) -> Fe
     checkpointer = Checkpointer(os.path.join(run_dir, "checkpoints"), config_hash=config_hash(cfg), rank=rank,
                                 world_size=world, barrier=fabric.barrier, keep_last=cfg.checkpoint.keep_last,
                                 background_bytes=cfg.checkpoint.background_mb << 20, compact=cfg.checkpoint.compact)
-    info = {"model": _display_name(cfg.model), "data": _display_name(cfg.data), **dict(data.info.provenance or ())}
+    name = lambda node: str(node.get("name") or node.get("_target_") or "?")  # noqa: E731 (the yaml's display name)
+    info = {"model": name(cfg.model), "data": name(cfg.data), **dict(data.info.provenance or ())}
     recorder = RunRecorder(run_dir, primary=getattr(module, "primary_metric", ("test_acc", "max")), rank=rank,
                            log_fn=fabric.log_dict, info=info)
     config = LoopConfig(fl=OmegaConf.to_object(cfg.fl), checkpoint=OmegaConf.to_object(cfg.checkpoint), seed=int(cfg.seed),
@@ -394,8 +395,3 @@ def lr_keys(cfg: DictConfig) -> dict[str, str | None]:
         elif "server_lr" in node and server is None:
             server = typed(f"method.parts.{name}.server_lr")
     return {"client_lr_key": client, "server_lr_key": server}
-
-
-def _display_name(node) -> str:
-    """A config node's ``name`` (the yaml's display name), else its ``_target_``."""
-    return str(node.get("name") or node.get("_target_") or "?")
