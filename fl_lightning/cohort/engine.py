@@ -297,10 +297,10 @@ class Cohort:
             flat = {k: (v, rowed(k, v)) for k, v in export_optimizer_state(optimizer).items()}
             python = {k.removesuffix(PY) for s in states if s is not None for k in s if k.endswith(PY)}
             counts = {k: v.tolist() for k, (v, r) in flat.items() if r and k in python}  # a client's Python counter
-        means, firsts = mean_losses(loss_sum, first, steps)  # one read per cohort
+        means = mean_losses(loss_sum, steps)  # one read per cohort
         for i, client in enumerate(clients[:real]):
             mean_loss = means[i]
-            check_finite(client.id, mean_loss, float(firsts[i]), lambda c, m, f: run.divergence(r, c, m, f))
+            check_finite(client.id, mean_loss, first, i, lambda c, m, f: run.divergence(r, c, m, f))
             with torch.no_grad():  # the client's trained weights into the module, where its client_end reads them
                 torch._foreach_copy_([run.params[n] for n in self.names], [stacked[n][i] for n in self.names])
             client.step = steps[i]

@@ -169,8 +169,8 @@ class FederatedLoop:
         client = self.start_client(cid, r, received, lr_f)
         batches = (self.services.cast_floats(b) for b in self.data.client_batches(cid, r, self.device, self.budget))
         loss_sum, first, _ = run_steps(client, batches, self.client_step, self.strategy.before_step)
-        (mean_loss,), (first_loss,) = mean_losses(loss_sum, first, [client.step])
-        check_finite(cid, mean_loss, first_loss, lambda c, m, f: self._divergence(r, c, m, f))
+        (mean_loss,) = mean_losses(loss_sum, [client.step])
+        check_finite(cid, mean_loss, first, 0, lambda c, m, f: self._divergence(r, c, m, f))
         client.batch = client.loss = None
         msgs = self.strategy.client_end(client)
         self.store.checkin(cid, client.state)

@@ -83,15 +83,16 @@ def run_steps(ctx, batches: Iterable, step: Callable, before_step: Callable, beg
     return loss_sum, first, k + 1
 
 
-def mean_losses(loss_sum: Tensor, first: Tensor | None, steps: list[int]) -> tuple[list[float], list[float]]:
-    """Each client's mean loss over its ``steps`` and its first step's loss, as host numbers (one read)."""
-    sums = loss_sum.reshape(-1).tolist()
-    firsts = first.reshape(-1).tolist() if first is not None else [0.0] * len(sums)
-    return [x / max(1, s) for x, s in zip(sums, steps)], firsts
+def mean_losses(loss_sum: Tensor, steps: list[int]) -> list[float]:
+    """Each client's mean loss over its ``steps``, as host numbers (one read for the client or the cohort)."""
+    return [x / max(1, s) for x, s in zip(loss_sum.reshape(-1).tolist(), steps)]
 
 
-def check_finite(cid: int, mean_loss: float, first_loss: float, divergence: Callable[[int, float, float], str]) -> None:
-    """A client whose mean loss is not finite stops the run, in one line naming the learning rate that grew it
-    (``divergence(cid, mean, first) -> str``: the loop's message)."""
+def check_finite(cid: int, mean_loss: float, first: Tensor | None, i: int,
+                 divergence: Callable[[int, float, float], str]) -> None:
+    """A client (row ``i`` of a cohort) whose mean loss is not finite stops the run, in one line naming the learning
+    rate that grew it (``divergence(cid, mean, first step's loss) -> str``: the loop's message; the first step's loss
+    is read from the device only then)."""
     if not math.isfinite(mean_loss):
+        first_loss = float(first.reshape(-1)[i]) if first is not None else 0.0
         raise NonFiniteLossError(divergence(cid, mean_loss, first_loss))
