@@ -216,6 +216,12 @@ def composition_error(err: BaseException, argv: list[str], conf_dir: str) -> str
         fix = (f"choose a method with a server optimizer, e.g. method=fedadam server_opt={val}" if name == "server_opt"
                else f"add it with +{name}={val}")
         return f"config error: {name}: this config has no {name} to override; fix: {fix}"
+    m = re.search(r"Could not append to config. An item is already at '([^']+)'", str(err))
+    if m:  # +key=value for a key the config already has: set it without the +
+        name = m.group(1)
+        word = next((a for a in argv if a.startswith("+") and override_key(a) == name), f"+{name}=<value>")
+        return (f"config error: {name}: is in the config already, so {word} cannot add it; fix: set it without the "
+                f"+: {word.lstrip('+')}")
     cause = err.__cause__
     if cause is not None and str(cause).strip():
         text += f" ({str(cause).strip().splitlines()[0]})"

@@ -38,6 +38,8 @@ FOLLOWED = [
                                              "(method.parts.aggregation.rule=mean;"),
     (["+model.net.hiden=5"], "fix: did you mean model.net.hidden? (model.net.hidden=5;"),
     (["data.partition=iid"], "fix: choose the partition with data/partition=iid in place of data.partition=iid"),
+    # a + on a key the config has: Hydra's "Could not append to config" was a line with no key and no fix
+    (["+fl.rounds=2"], "fix: set it without the +: fl.rounds=2"),
 ]
 
 
