@@ -85,19 +85,19 @@ def _has_counts(optimizer) -> bool:
     return any("step" in st for st in optimizer.state.values())
 
 
-def _tensors(obj, out: list, depth: int = 0) -> list:
+def tensors_in(obj, out: list, depth: int = 0) -> list:
     """Every tensor in ``obj`` (a tensor, or dicts, lists, tuples and objects' attributes of them, 3 levels deep)."""
     if isinstance(obj, torch.Tensor):
         out.append(obj)
     elif depth < 3:
         if isinstance(obj, dict):
             for v in obj.values():
-                _tensors(v, out, depth + 1)
+                tensors_in(v, out, depth + 1)
         elif isinstance(obj, (list, tuple)):
             for v in obj:
-                _tensors(v, out, depth + 1)
+                tensors_in(v, out, depth + 1)
         elif hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, torch.optim.Optimizer, type)):
-            _tensors({k: v for k, v in vars(obj).items() if k not in ("server",)}, out, depth + 1)
+            tensors_in({k: v for k, v in vars(obj).items() if k not in ("server",)}, out, depth + 1)
     return out
 
 
@@ -108,18 +108,18 @@ def addresses(client, strategy) -> list[int]:
     ts += [t for t in (getattr(client, n, None) for n in ("mask", "count", "active")) if isinstance(t, torch.Tensor)]
     opt = client.optimizer
     if opt is not None:
-        ts += _tensors(list(opt.state.values()), [])
-        ts += _tensors(list(getattr(opt, "corrections", {}).values()), [])
+        ts += tensors_in(list(opt.state.values()), [])
+        ts += tensors_in(list(getattr(opt, "corrections", {}).values()), [])
     for part in strategy.parts:
         if steps_inside(part):
             declared = part.graph_inputs(client)
             if declared is not None:
                 ts += list(declared)
                 continue
-            ts += _tensors(vars(part), [])
+            ts += tensors_in(vars(part), [])
             state = getattr(client, "_states", {}).get(part.name)
             if state is not None:
-                ts += _tensors(vars(state), [])
+                ts += tensors_in(vars(state), [])
     return [t.data_ptr() for t in ts]
 
 

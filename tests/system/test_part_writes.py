@@ -210,11 +210,11 @@ class StateReads:
 
 def graph_violations(part, client, run, plan_ref) -> list[str]:
     """What ``run(client)`` (a step hook of the graph-safe ``part``) does that a replay could not (the module comment)."""
-    from fl_lightning.step.graphed import _tensors
+    from fl_lightning.step.graphed import tensors_in
 
     state = client._states.get(part.name)
-    own = lambda: [t.data_ptr() for t in _tensors(vars(part), []) + (  # noqa: E731
-        _tensors(vars(state), []) if state is not None else [])]
+    own = lambda: [t.data_ptr() for t in tensors_in(vars(part), []) + (  # noqa: E731
+        tensors_in(vars(state), []) if state is not None else [])]
     before, settings = own(), snapshot(client).get("optimizer.settings")
     proxy = StateReads(state) if state is not None else None
     if proxy is not None:
