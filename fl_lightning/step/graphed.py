@@ -30,7 +30,7 @@ graph-safe parts' own attributes and per-client round states); any change captur
 Dropout draws from the default CUDA generator, which the capture registers (each replay advances its offset). Where a
 method's step cannot be replayed (a part not declared safe, per-client optimizer state, a failed capture), one line
 names the method and the reason, and the run goes on eagerly. Off CUDA, ``trainer.compile=graphs`` is refused when
-the run is built. Graph and eager steps agree up to float order (tests/unit/loop/test_graphed_step.py, on a GPU).
+the run is built. Graph and eager steps agree up to float order (tests/unit/step/test_graphed_step.py, on a GPU).
 """
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ SKIP = {
     "pip": "installs packages: the environment's job, not a test's",
     "pytest": "runs the test suite: this suite itself",
     "torchrun": "a launcher of processes on several nodes (tests/system/test_torchrun.py runs torchrun on CPU)",
-    "srun": "a Slurm job (tests/unit/test_slurm.py covers the requeue)",
+    "srun": "a Slurm job (tests/unit/dist/test_slurm.py covers the requeue)",
     "python -c": "a Python one-liner (a download from the Hugging Face Hub; tests reach no network)",
     "template": "a template with placeholders (<name>, ..., N, [optional]): not a command as written",
     "gpu": "needs a CUDA GPU (composed and checked above; not run)",

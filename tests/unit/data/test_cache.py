@@ -45,7 +45,13 @@ def leftovers(folder) -> list[str]:
     return [os.path.join(d, x) for d, dirs, files in os.walk(folder) for x in dirs + files if x.endswith(".tmp")]
 
 
-@pytest.mark.parametrize("builder", sorted(BUILDERS))
+# each builder a process of its own (an import of torch and the package, then the build): the fast subset
+# (-m "not slow") races the cheapest builder, and kills the cheaper of the two; the rest run with the whole suite
+CHEAPEST = "sentiment140"
+
+
+@pytest.mark.parametrize("builder", [b if b == CHEAPEST else pytest.param(b, marks=pytest.mark.slow)
+                                     for b in sorted(BUILDERS)])
 def test_three_builders_at_once_on_an_empty_cache(builder, inputs, tmp_path):
     spec = {**inputs, "cache": str(tmp_path / "cache")}
     runs = race(builder, spec, tmp_path / "barrier", 3)
@@ -57,7 +63,7 @@ def test_three_builders_at_once_on_an_empty_cache(builder, inputs, tmp_path):
     assert leftovers(spec["cache"]) == []
 
 
-@pytest.mark.parametrize("builder", ["pydoc_topics", "glue"])
+@pytest.mark.parametrize("builder", [pytest.param("pydoc_topics", marks=pytest.mark.slow), "glue"])
 def test_a_builder_killed_before_publishing_leaves_a_cache_the_next_run_uses(builder, inputs, tmp_path):
     spec = {**inputs, "cache": str(tmp_path / "cache")}
     (killed,) = race(builder, spec, tmp_path / "b1", 1, env={"FL_TEST_KILL_BEFORE_PUBLISH": "1"})

@@ -185,7 +185,7 @@ def test_scaled_steps_take_a_float_exactly_and_a_tensor_closely():
 @pytest.mark.parametrize("mode", ["step"])
 def test_compiled_step_on_cuda_equals_eager(mode, tmp_path, monkeypatch):
     """On a GPU: the step compiled by inductor gives eager's model up to float order after 2 rounds, and compiles a
-    bounded number of graphs (``graphs``: tests/unit/loop/test_graphed_step.py). Convolutions in full fp32 on both sides: with
+    bounded number of graphs (``graphs``: tests/unit/step/test_graphed_step.py). Convolutions in full fp32 on both sides: with
     cuDNN's default TF32 the two sides' different kernels differ by TF32's rounding (7e-4 relative, seen on an H100)."""
     import torch
 

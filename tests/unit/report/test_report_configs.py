@@ -14,7 +14,7 @@ import yaml
 from fl_lightning.report.about import PLACEHOLDER
 from fl_lightning.report.paper import read_paper, same
 
-CONF = os.path.join(os.path.dirname(__file__), "..", "..", "conf")
+CONF = os.path.join(os.path.dirname(__file__), "..", "..", "..", "conf")
 
 
 @functools.lru_cache(maxsize=None)
