@@ -111,11 +111,12 @@ class ClientContext:
     batched = False  # the parts' per-step hooks as they are (a cohort's context: their batched forms)
     traced: bool = False  # set by the capture wrapper while a compiler traces or a CUDA graph captures the step
 
-    def number(self, host: float, tensor: Tensor | None):
-        """A number a part planned before the step, as the step must read it: ``host`` (a float: the eager arithmetic)
-        or, in a traced step (``torch.compile``, a CUDA graph's capture: ``traced``), its 0-d ``tensor`` filled in
-        place, an input of the graph rather than a constant of it. The one place that tells the two apart."""
-        return tensor if self.traced and tensor is not None else host
+    def number(self, host, tensor: Tensor | None):
+        """A number a part planned before the step, as the step must read it: ``host()`` (a function giving the float:
+        the eager arithmetic) or, in a traced step (``torch.compile``, a CUDA graph's capture: ``traced``), its 0-d
+        ``tensor`` filled in place, an input of the graph rather than a constant of it (the host value is then not
+        read). The one place that tells the two apart."""
+        return tensor if self.traced and tensor is not None else host()
 
     def clip_grad_norm_(self, max_norm: float) -> None:
         """``method.grad_clip``: the gradient scaled to norm ``max_norm`` if above it (``clip_grad_norm_``; for a

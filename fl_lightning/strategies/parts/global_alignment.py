@@ -164,7 +164,7 @@ class GlobalAlignment(Part):
         deltas = st.deltas
         params = [client.params[n] for n in deltas]
         d = [dg.to(p.dtype) for p, dg in zip(params, deltas.values())]
-        step = client.number(-st.step, self._neg_step)
+        step = client.number(lambda: -st.step, self._neg_step)
         if isinstance(step, Tensor):  # a traced step: −η_r·α an input of the graph (compiled or replayed)
             torch._foreach_add_(params, torch._foreach_mul(d, step))
         else:

@@ -160,13 +160,13 @@ class SharedAdaptiveStorm(Part):
             old = client.gradient_at(s.prev)  # ∇F_i(x_t; ξ), the same minibatch
         m = s.m
         torch._foreach_sub_(m, [old[n] for n in self.names])
-        torch._foreach_mul_(m, client.number(s.keep, s.keep_t))  # a traced step reads the tensor (an input)
+        torch._foreach_mul_(m, client.number(lambda: s.keep, s.keep_t))  # a traced step reads the tensor (an input)
         torch._foreach_add_(m, grads)                         # m ← ∇F(x_{t+1}) + (1 − α)(m − ∇F(x_t))
         torch._foreach_mul_(s.v, self.decay)
         torch._foreach_addcmul_(s.v, grads, grads, value=1.0 - self.decay)
         torch._foreach_copy_([s.prev[n] for n in self.names], [p.detach() for p in params])  # in place: a replay
         direction = torch._foreach_div(m, s.H)                                               # reads it there
-        torch._foreach_mul_(direction, client.number(s.scale, s.scale_t))  # the last gradient: no step
+        torch._foreach_mul_(direction, client.number(lambda: s.scale, s.scale_t))  # the last gradient: no step
         for p, d in zip(params, direction):
             p.grad = d
 
