@@ -4,6 +4,7 @@ it for one client (``services.py``: LoopServices) and the clients' private state
 through the one local step (``fl_lightning/step/``)."""
 from __future__ import annotations
 
+from ..errors import StopRequested
 from .loop import FederatedLoop, LoopConfig, assign_clients
 
-__all__ = ["FederatedLoop", "LoopConfig", "assign_clients"]
+__all__ = ["FederatedLoop", "LoopConfig", "StopRequested", "assign_clients"]

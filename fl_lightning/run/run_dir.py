@@ -176,7 +176,7 @@ def _user_pythonpath(cfg: DictConfig | None) -> str:
     except Exception:  # noqa: BLE001 - a config that is not a container: no hint rather than no message
         return ""
     homes = set()  # the folder each top-level module was imported from (a package's parent folder)
-    for m in targets - {__package__}:
+    for m in targets - {__package__.split(".")[0]}:
         f = getattr(sys.modules.get(m), "__file__", None)
         if f:
             f = os.path.dirname(os.path.abspath(f))
