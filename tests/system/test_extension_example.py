@@ -202,8 +202,8 @@ def test_fednova_through_train_py_equals_fedavg_and_resumes_with_the_printed_com
     assert f"hydra.searchpath=[file://{EXAMPLE}/conf]" in OmegaConf.load(d / "overrides.yaml")
     words = shlex.split(command)  # run it as printed: its own PYTHONPATH, nothing inherited
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "HYDRA_FULL_ERROR")}
-    env.update(w.split("=", 1) for w in words[:words.index("python")])
-    q = subprocess.run([sys.executable, *words[words.index("python") + 1:]], cwd=ROOT, env=env, capture_output=True,
+    env.update(w.split("=", 1) for w in words[:words.index("python3")])
+    q = subprocess.run([sys.executable, *words[words.index("python3") + 1:]], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=300)
     assert q.returncode == 0, q.stderr[-2000:]
     resumed = saved_model(d, 2)
