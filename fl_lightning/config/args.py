@@ -25,7 +25,7 @@ from .ranges import LearningRate, Range, hint_meta
 from .compose import interpolation_source, root_of, signature, qualify
 from .groups import check_labels, check_parts
 from .schema import TARGET_GROUPS
-from .checks import bounds, problem
+from .checks import bounds, problem, value_text
 
 def arg_problem(meta: dict, value) -> str | None:
     """What is wrong with ``value`` for an argument described by :func:`~fl_lightning.config.ranges.hint_meta` (None:
@@ -91,16 +91,8 @@ def _meant(parent: str, near: str, value, node: Mapping) -> str:
     with a ``+`` only where the node lacks that key (a ``+`` on a key the config has is refused by Hydra)."""
     if isinstance(value, (dict, Mapping)):
         return ""
-    return f"{'' if near in node else '+'}{parent}.{near}={override_text(value)}; "
+    return f"{'' if near in node else '+'}{parent}.{near}={value_text(value)}; "
 
-
-def override_text(v) -> str:
-    """A value as the command line writes it."""
-    if isinstance(v, bool):
-        return str(v).lower()
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(override_text(x) for x in v) + "]"
-    return "null" if v is None else str(v)
 
 
 # arguments of targets this package does not own (torch's optimizers), declared as their hints would be
@@ -164,7 +156,7 @@ def _check_fields(full: str, value: dict, fields: dict, root) -> None:
         bad = None if meta is None else arg_problem(meta, v)
         if bad:
             err = qualify(ConfigError(f"{full}.{k}", bad, ""), "", root)
-            ex = override_text(_example(meta, None, False))
+            ex = value_text(_example(meta, None, False))
             raise ConfigError(err.key, bad, f"set it to {describe_target(meta)}, e.g. {err.key.split(' (via ')[0]}={ex}")
 
 
@@ -209,13 +201,13 @@ def check_arguments(info, target: str, sub: Mapping, key: str, root=None, skip=(
                     if src and src != f"{err.key.split(' (via ')[0]}.{i}":
                         item_meta = dict(meta["items"], example=None)
                         d = default[i] if isinstance(default, (list, tuple)) and len(default) > i else None
-                        ex = override_text(_example(item_meta, d, d is not None))
+                        ex = value_text(_example(item_meta, d, d is not None))
                         raise ConfigError(f"{src} (via {err.key.split(' (via ')[0]}.{i})",
                                           problem(meta["items"], item),
                                           f"set it to {describe_target(item_meta)}, e.g. {src}={ex}")
             user = err.key.split(" (via ")[0]
-            ex = override_text(_example(meta, default, has_default))
-            shown = override_text(default)
+            ex = value_text(_example(meta, default, has_default))
+            shown = value_text(default)
             known = f" (its default: {shown})" if has_default and shown != ex else ""
             raise ConfigError(err.key, bad, f"set it to {describe_target(meta)}, e.g. {user}={ex}{known}")
     _check_rules(sig, hints, sub, key, root)

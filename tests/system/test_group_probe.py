@@ -23,7 +23,7 @@ import resource
 import pytest
 from omegaconf import OmegaConf, open_dict
 
-from fl_lightning.config.args import override_text
+from fl_lightning.config import value_text
 from tests.helpers.cli import CONF, FAST, make_cfg
 
 pytestmark = pytest.mark.slow
@@ -344,7 +344,7 @@ def test_every_key_of_every_member_refuses_bad_values_in_one_line(group, member)
         value = OmegaConf.to_container(OmegaConf.select(cfg, real.rpartition(".")[0]), resolve=True)[
             real.rpartition(".")[2]]
         with _Set(cfg, typo, value):
-            err = verdict(cfg, group, [f"+{typo}={override_text(value)}"])
+            err = verdict(cfg, group, [f"+{typo}={value_text(value)}"])
         CASES[0] += 1
         if err is None:
             bad.append(f"+{typo} accepted")

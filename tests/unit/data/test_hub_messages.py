@@ -17,17 +17,7 @@ import pytest
 
 from fl_lightning.errors import ConfigError
 
-REV = "0123456789abcdef0123456789abcdef01234567"
-
-
-def snapshot(home, kind: str, repo: str) -> str:
-    base = os.path.join(home, "hub", f"{kind}s--{repo.replace('/', '--')}")
-    os.makedirs(os.path.join(base, "refs"), exist_ok=True)
-    with open(os.path.join(base, "refs", "main"), "w") as f:
-        f.write(REV)
-    snap = os.path.join(base, "snapshots", REV)
-    os.makedirs(snap, exist_ok=True)
-    return snap
+from tests.helpers.hub_cache import REV, snapshot  # noqa: F401 (REV: the snapshot's revision)
 
 
 def write_task(home, config: str, splits=("train", "validation"), rows: int = 6) -> str:

@@ -19,18 +19,7 @@ from fl_lightning.errors import ConfigError
 from tests.helpers.cli import build_loop, cli_in_process, make_cfg, one_line_error
 from tests.unit.data.test_text import CORPUS, _tiny_roberta, _tokenizer, _write
 
-REV = "0123456789abcdef0123456789abcdef01234567"
-
-
-def snapshot(home, kind: str, repo: str) -> str:
-    """The snapshot folder of ``repo`` in the hub cache under ``home`` (``refs/main`` names it)."""
-    base = os.path.join(home, "hub", f"{kind}s--{repo.replace('/', '--')}")
-    os.makedirs(os.path.join(base, "refs"), exist_ok=True)
-    with open(os.path.join(base, "refs", "main"), "w") as f:
-        f.write(REV)
-    snap = os.path.join(base, "snapshots", REV)
-    os.makedirs(snap, exist_ok=True)
-    return snap
+from tests.helpers.hub_cache import REV, snapshot  # noqa: F401 (REV: the snapshot's revision)
 
 
 def rte_rows(n: int, seed: int) -> list[tuple[str, str, int]]:
