@@ -70,7 +70,6 @@ class GlobalAlignment(Part):
         self.DG: dict[str, Tensor] = {}
 
     # ------------------------------------------------------------------ server side
-    scheduled = False  # η_r changes between rounds (set at setup)
     # trainer.compile=graphs: the step reads Δ_G (the server's own tensors, updated in place) and −η_r·α from one
     # device tensor kept for the run (filled at each client's start), never a number of the graph
     graph_safe = True
@@ -84,8 +83,6 @@ class GlobalAlignment(Part):
         self.G0: dict[str, Tensor] = {}
         if self.init == "grad":
             self.G0 = mean_probe_gradient(self, server, self.names)[0]
-        # a schedule that changes η_r between rounds: a compiled step takes η_r·α as a tensor (else a float constant)
-        self.scheduled = len({self.server.round_lr_factor(r) for r in range(server.rounds)}) > 1
 
     class Down(Record):
         DG = Field("DG/{}")  # Δ_G, the global update direction, per parameter
@@ -137,8 +134,8 @@ class GlobalAlignment(Part):
         step = self.lr * client.lr_factor * self.alpha  # η_r·α
         down = self.Down(self, client.received)
         cuda = client.params[self.names[0]].is_cuda
-        st = client.start_state(self, self.Round(deltas={n: down.DG[n] for n in self.names} if step or cuda else {},
-                                                 step=step))
+        client.start_state(self, self.Round(deltas={n: down.DG[n] for n in self.names} if step or cuda else {},
+                                            step=step))
         # −η_r·α for a traced step (compiled, or replayed as a CUDA graph), a 0-d tensor filled in place: an input of
         # the graph, not a constant of it (under a schedule it changes every round)
         dev = client.params[self.names[0]].device
