@@ -7,8 +7,8 @@ from __future__ import annotations
 from .auto import auto_cohort
 from .context import CohortContext
 from .engine import (AUTO_FRACTION, KEY, STACKED_COPIES, Cohort, CohortRun, check_cohort, check_cohort_memory,
-                     load_rows, part_batches)
+                     load_rows)
 from .forward import CohortServices
 
 __all__ = ["AUTO_FRACTION", "KEY", "STACKED_COPIES", "Cohort", "CohortContext", "CohortRun", "CohortServices",
-           "auto_cohort", "check_cohort", "check_cohort_memory", "load_rows", "part_batches"]
+           "auto_cohort", "check_cohort", "check_cohort_memory", "load_rows"]

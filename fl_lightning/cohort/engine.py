@@ -20,7 +20,7 @@ rows of the parameters and optimizer state are kept as they were). The uploads a
 so the server's side and the checkpoints are the same; the result equals the sequential run up to the rounding of
 the batched kernels (tests/system/test_cohort.py: 1e-12 relative in float64).
 
-A part runs batched when it has no per-step hooks, or declares ``batched = True``: its ``Round`` state
+A part runs batched when it has no per-step hooks, or declares its step plan (``step/plan.py``): its ``Round`` state
 (``strategies/round_state.py``) is stacked, its step hooks run on the stacked tensors (the same functions, or its
 own ``cohort_after_backward`` / ``cohort_after_step``), and a finished client's rows of its state stay as they were.
 The optimizer is one over the stacked parameters, or each client's own on its rows (``cohort/optimizer.py``). A
@@ -41,7 +41,8 @@ from torch import Tensor, nn
 from ..errors import ConfigError
 from ..optim.state import PY, export_optimizer_state, import_optimizer_state, is_fresh
 from ..step import Capture, check_finite, mean_losses, run_steps
-from ..strategies.base import ClientContext, Part, steps_inside
+from ..step.plan import cohort_refusal, in_step
+from ..strategies.base import ClientContext
 from .context import CohortContext
 from .dropout import CohortDropout, dropout_sites
 from .forward import CohortServices, StackedForward
@@ -50,18 +51,6 @@ from .optimizer import ClientByClient, copy_of, optimizer_mode, stacked_optimize
 from .step import CohortStep
 
 log = logging.getLogger("fl_lightning")
-
-
-def part_batches(part: Part) -> bool:
-    """Whether ``part`` can run in a cohort: it declares the cohort hooks, or it has no per-step hooks at all."""
-    return getattr(part, "batched", False) or not (steps_inside(part) or part_plans(part))
-
-
-def part_plans(part: Part) -> bool:
-    """Whether ``part`` plans its step before it (``before_step``)."""
-    from ..strategies.base import overrides
-
-    return overrides(part, "before_step")
 
 
 def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = None) -> None:
@@ -74,11 +63,8 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
             if mode is None:
                 raise ConfigError(KEY, f"method {strategy.name!r}: its local optimizer cannot run batched ({reason})",
                                   "use trainer.cohort=1")
-        elif not part_batches(p):
-            raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}) has per-step "
-                              "hooks without a batched form", "use trainer.cohort=1 for this method")
-        elif getattr(p, "batched", False) and (why := p.cohort_check(module)):
-            raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}): {why}",
+        elif why := cohort_refusal(p, module):
+            raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}) {why}",
                               "use trainer.cohort=1 for this method")
     if not callable(getattr(module, "sample_losses", None)):
         raise ConfigError(KEY, f"model {type(module).__name__} has no per-example losses (sample_losses)",
@@ -247,7 +233,7 @@ class Cohort:
         ctx = CohortContext(clients, stacked, run.global_params, torch.ones(K, dtype=torch.bool, device=device),
                             optimizer=optimizer, services=self.services)
         for p in strategy.parts:
-            if p is not opt_part and getattr(p, "batched", False):
+            if in_step(p):
                 if p.Round is not None:  # the clients' round states, stacked into the run's (their rows fields)
                     ctx._states[p.name] = self._round_states[p.name] = p.Round.stacked_into(
                         self._round_states.get(p.name), [c.state_of(p) for c in clients])
@@ -312,7 +298,7 @@ class Cohort:
                 mine.update({k + PY: torch.tensor(c[i]) for k, c in counts.items()})
                 import_optimizer_state(client.optimizer, mine)
             for p in strategy.parts:
-                if p is not opt_part and getattr(p, "batched", False):
+                if in_step(p):
                     if p.Round is not None:  # its rows back into the client's own round state
                         ctx.state_of(p).unstack_into(i, client.state_of(p))
                     p.cohort_end(ctx, i, client)

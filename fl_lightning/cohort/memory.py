@@ -11,13 +11,13 @@ come on top (``auto_cohort`` measures one client's).
 from __future__ import annotations
 
 import copy
-import dataclasses
 from types import SimpleNamespace
 
 import torch
 from torch import nn
 
 from ..errors import ConfigError
+from ..step.plan import in_step
 
 KEY = "trainer.cohort"  # the key a cohort's refusals name
 
@@ -76,7 +76,7 @@ def client_bytes(strategy, module: nn.Module) -> int:
     opt_part = strategy.optimizer_part()
     state = optimizer_state_bytes(opt_part, module)
     copies = 2  # the stacked weights and their gradients
-    copies += sum(p.cohort_rows() for p in strategy.parts if p is not opt_part and getattr(p, "batched", False))
+    copies += sum(p.cohort_rows() for p in strategy.parts if p is not opt_part and in_step(p))
     if any("optimizer.corrections" in p.writes for p in strategy.parts if p is not opt_part):
         copies += 1  # Muon's corrections, one per client
     if strategy.grad_clip:

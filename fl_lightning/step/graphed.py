@@ -14,21 +14,21 @@ for the whole run, and no number of the step to change behind its back:
   momentum); its step counters are device tensors (``device_steps``); its groups' numbers (learning rates, weight
   decay) are constants of the graph, so when a client brings others (an lr schedule's next round) the step is
   captured again (one capture a round, the cost of about one step);
-* every part with per-step work declares itself safe (``Part.graph_safe``): its step hooks read only such static
-  tensors, sync nothing to the host and branch on no tensor's value; a host number they read is planned before the
-  step (``before_step``) and declared (``Part.graph_plan``): a step whose plan differs from the captured one (Sophia's
+* every part with per-step work declares its step plan (``Part.step_plan``, ``step/plan.py``): its step hooks read
+  only such static tensors, sync nothing to the host and branch on no tensor's value; a host number they read is
+  planned before the step (``before_step``) and declared in the plan: a step whose plan differs from the captured one (Sophia's
   refresh every τ steps, the last step of seed 003's order) runs eagerly, and a change at a client's start (a round's
   clipping thresholds) captures the step again; a number read through ``ClientContext.number`` is, while captured (``traced``), its 0-d tensor filled in
-  place. tests/system/test_part_writes.py holds every graph-safe part to this, and docs/usage.md lists the methods
+  place. tests/system/test_part_writes.py holds every part with a plan to this, and docs/usage.md lists the methods
   that replay (:func:`replay_table`).
 
 A replay reads memory by address, so a tensor that a client brings anew instead of writing into the old one would be
 read stale without a word. So at each client's start the addresses the step reads are compared with those it was
 captured with (the parameters, every tensor of the optimizer's state and corrections, and every tensor of the
-graph-safe parts' own attributes and per-client round states); any change captures the step again.
+planned parts' own attributes and per-client round states); any change captures the step again.
 
 Dropout draws from the default CUDA generator, which the capture registers (each replay advances its offset). Where a
-method's step cannot be replayed (a part not declared safe, per-client optimizer state, a failed capture), one line
+method's step cannot be replayed (a part with no step plan, per-client optimizer state, a failed capture), one line
 names the method and the reason, and the run goes on eagerly. Off CUDA, ``trainer.compile=graphs`` is refused when
 the run is built. Graph and eager steps agree up to float order (tests/unit/step/test_graphed_step.py, on a GPU).
 """
@@ -40,6 +40,7 @@ from typing import Callable
 import torch
 
 from ..strategies.base import steps_inside
+from .plan import planned, replay_refusal
 
 log = logging.getLogger("fl_lightning")
 
@@ -48,26 +49,13 @@ WARMUP = 3  # eager steps before the capture (cuBLAS handles, autograd's streams
 
 
 
-def plan(client, strategy) -> tuple:
-    """The host values the graph-safe parts' step hooks read this step (``Part.graph_plan``), planned before it, and
-    for a cohort whether every client takes the step (a step with finished clients runs eagerly, under row masks)."""
-    out = []
-    for part in strategy.parts if strategy is not None else ():
-        if part.graph_plan:
-            state = getattr(client, "_states", {}).get(part.name)
-            out.append(tuple(getattr(state, f, None) for f in part.graph_plan))
-    if getattr(client, "batched", False):  # a cohort: whether every client takes this step
-        out.append(client.all_active)
-    return tuple(out)
-
-
 def unsupported(strategy, optimizer) -> str | None:
     """Why this method's local step cannot be replayed as a CUDA graph, or None."""
     from ..optim.adapters import adapter_for
 
     for part in strategy.parts:
-        if not getattr(part, "graph_safe", False) and (steps_inside(part) or getattr(part, "provides_optimizer", False)):
-            return f"part {part.name!r} ({type(part).__name__}) is not declared graph-safe"
+        if why := replay_refusal(part):
+            return f"part {part.name!r} ({type(part).__name__}) {why}"
     if optimizer is None:
         return "no local optimizer"
     adapter = adapter_for(optimizer)
@@ -102,7 +90,7 @@ def tensors_in(obj, out: list, depth: int = 0) -> list:
 
 
 def addresses(client, strategy) -> list[int]:
-    """The memory a replayed step reads: parameters, optimizer state and corrections, the graph-safe hooked parts'
+    """The memory a replayed step reads: parameters, optimizer state and corrections, the hooked parts'
     tensors (their attributes and this client's round state)."""
     ts = list(client.params.values())
     ts += [t for t in (getattr(client, n, None) for n in ("mask", "count", "active")) if isinstance(t, torch.Tensor)]
@@ -112,7 +100,7 @@ def addresses(client, strategy) -> list[int]:
         ts += tensors_in(list(getattr(opt, "corrections", {}).values()), [])
     for part in strategy.parts:
         if steps_inside(part):
-            declared = part.graph_inputs(client)
+            declared = part.step_tensors(client)
             if declared is not None:
                 ts += list(declared)
                 continue
@@ -164,9 +152,9 @@ class GraphedStep:
             CompiledStep.steps_as_tensors(client.optimizer)
             if self.graph is not None and (self._numbers(client.optimizer) != self.numbers
                                            or addresses(client, self.strategy) != self.addresses
-                                           or plan(client, self.strategy) != self.plan):
+                                           or planned(client, self.strategy) != self.plan):
                 self.graph = self.static = self.loss = None  # captured again at this step (warm already)
-        if self.graph is not None and self._same_shapes(batch) and plan(client, self.strategy) == self.plan:
+        if self.graph is not None and self._same_shapes(batch) and planned(client, self.strategy) == self.plan:
             torch._foreach_copy_([self.static[key] for key in batch], list(batch.values()))
             self.graph.replay()
             client.batch, client.loss = self.static, self.loss
@@ -196,7 +184,7 @@ class GraphedStep:
         graph = torch.cuda.CUDAGraph()
         self.numbers = self._numbers(client.optimizer)
         self.addresses = addresses(client, self.strategy)
-        self.plan = plan(client, self.strategy)
+        self.plan = planned(client, self.strategy)
         try:  # thread_local: a checkpoint written from another thread meanwhile does not break the capture
             client.traced = True  # planned numbers read as tensors filled in place (ClientContext.number)
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):

@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Iterable
 
-import torch
 from torch import Tensor, nn
 
 from ..errors import ConfigError
@@ -61,54 +60,49 @@ class Part:
         return {}
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float] | None: ...
 
-    # trainer.cohort (fl_lightning/cohort/): True: the per-step hooks have batched forms over K clients' stacked
-    # tensors (below); a part without per-step hooks runs in a cohort as it is
-    batched: bool = False
+    # What its step hooks read of its round state's host values, planned before the step by before_step (Sophia's
+    # refresh, the last step of seed 003's order); () none. Declaring it says the step hooks read no other changing
+    # host number and write only tensors that keep their memory for the run (their own buffers filled in place, the
+    # server's tensors): then the same hooks run over a cohort's stacked tensors and replay in a captured graph. None:
+    # they may read anything, and run one client at a time, eagerly. Any other host number they read is a 0-d tensor
+    # filled in place, read through ``ClientContext.number``. How this decides the executors: fl_lightning/step/plan.py
+    step_plan: tuple[str, ...] | None = None
 
     # A cohort stacks the clients' Round states (rows fields, round_state.py) before the step and hands each client its
     # rows back before its end; the step hooks below default to the part's own after_backward / after_step called
     # with the cohort's context (the same function over stacked tensors). A part overrides one only where its
     # batched form differs (per-client host numbers, a step the sequential loop takes by setting lr = 0).
     def cohort_check(self, module: nn.Module) -> str | None:
-        """(``batched``) Why this part cannot run batched with ``module`` (checked at build), or None."""
+        """What its batched form needs of ``module`` that it lacks (checked at build), or None."""
         return None
 
     def cohort_rows(self) -> int:
-        """(``batched``) How many model-sized tensors per client its Round's ``rows`` fields hold in a cohort (what
+        """How many model-sized tensors per client its Round's ``rows`` fields hold in a cohort (what
         ``cohort/memory.py`` counts before allocating); default: one per tensor ``rows`` field."""
         from .round_state import rows_fields
 
         return rows_fields(self)
 
     def cohort_start(self, cohort) -> None:
-        """(``batched``) After every client started and the Round states were stacked: anything more to gather."""
+        """After every client started and the Round states were stacked: anything more to gather."""
     def cohort_after_backward(self, cohort) -> None:
-        """(``batched``) ``after_backward`` for the cohort: ``cohort.params[n].grad`` is (K, ...); a client not in
+        """``after_backward`` for the cohort: ``cohort.params[n].grad`` is (K, ...); a client not in
         ``cohort.active`` has a zero gradient and its rows are restored after the step."""
         self.after_backward(cohort)
     def cohort_after_step(self, cohort) -> None:
-        """(``batched``) ``after_step`` for the cohort, on ``cohort.params`` (K, ...)."""
+        """``after_step`` for the cohort, on ``cohort.params`` (K, ...)."""
         self.after_step(cohort)
     def cohort_end(self, cohort, i: int, client: ClientContext) -> None:
-        """(``batched``) Just before client ``i``'s ``client_end``, after its rows went back to its Round state."""
+        """Just before client ``i``'s ``client_end``, after its rows went back to its Round state."""
 
     provides_optimizer: bool = False  # True: the part that builds client.optimizer (the strategy's required slot)
-    # True: the part's per-step hooks read and write only tensors that stay the same memory for the run (its own
-    # buffers filled in place, the server's tensors), so trainer.compile=graphs may replay them (graphed_step.py)
-    graph_safe: bool = False
-    # (graph_safe) the host values of the part's Round state its step hooks read (a step count's consequence planned
-    # by before_step, the round's thresholds): a replayed step holds them as constants, so when they change at a
-    # client's start the step is captured again, and a step whose values differ from the captured ones (Sophia's
-    # refresh, the last step of seed 003's order) runs eagerly (graphed_step.py). Read as anything else, a host number
-    # is a 0-d tensor filled in place, read through ``ClientContext.number`` (the tensor when the step is traced)
-    graph_plan: tuple[str, ...] = ()
     # attributes a resume does not need (a buffer refilled for each client, a value recomputed each round from the
     # saved state): the unsaved-state check at each checkpoint leaves them alone (strategies/unsaved.py)
     scratch: tuple[str, ...] = ()
 
-    def graph_inputs(self, client: ClientContext) -> list[Tensor] | None:
-        """The tensors this part's per-step hooks read, whose addresses a replayed step (trainer.compile=graphs)
-        checks at each client's start; None: every tensor of the part's attributes and of its round state."""
+    def step_tensors(self, client: ClientContext) -> list[Tensor] | None:
+        """The tensors this part's per-step hooks read (a replayed step checks their addresses at each client's
+        start); None: every tensor of the part's attributes and of its round state."""
         return None
 
     # what the part's client-side hooks (client_start, the step hooks, client_end) read and change of the client's
@@ -137,6 +131,19 @@ class Part:
     def state_dict(self) -> dict[str, Tensor]:
         return {}
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None: ...
+
+    # Hooks around the whole round's upload, for a step on all parts' uploads at once (user-level DP, fl_lightning/dp/)
+    def upload(self, client: ClientContext, msgs: dict[str, Msg]) -> dict[str, Msg]:
+        """After every part's ``client_end``: the client's whole upload (every part's Msgs, after their codecs), to
+        change and return (DP's clip on the whole upload)."""
+        return msgs
+    def aggregate(self, round_idx: int, agg: Aggregate) -> None:
+        """After the sums are complete (all-reduced across processes), before every part's ``server_update``: change
+        the round's sums in place (DP's noise on the aggregate)."""
+    releases_empty_rounds: bool = False  # True: a round nobody was sampled in still runs broadcast and server_update
+    def round_limit(self, rounds_done: int) -> tuple[int, str] | None:
+        """The most rounds this run may complete (a privacy budget) and the line that says why; None: no limit."""
+        return None
 
     config_key: str = ""  # where the part's config sits (``method.parts.<name>``; set by build_strategy)
 
@@ -219,7 +226,27 @@ class Strategy:
         out: dict[str, Msg] = {}
         for p in self.parts:
             out.update(p.client_end(client))
+        for p in self.parts:  # then the steps on the whole upload (Part.upload: DP's clip)
+            if overrides(p, "upload"):
+                out = p.upload(client, out)
         return out
+
+    def add_parts(self, parts: dict[str, Part]) -> None:
+        """Append parts built outside the method's yaml (the ``dp`` group's clip and noise), named as given."""
+        for n, p in parts.items():
+            if any(q.name == n for q in self.parts):
+                raise ConfigError("method.parts", f"the method has a part named {n!r}, a name the run adds", "rename it")
+            p.name = n
+            self.parts.append(p)
+
+    @property
+    def releases_empty_rounds(self) -> bool:
+        return any(p.releases_empty_rounds for p in self.parts)
+
+    def round_limit(self, rounds_done: int) -> tuple[int, str] | None:
+        """The smallest limit the parts set on the rounds (:meth:`Part.round_limit`), with its line; None: none."""
+        limits = [lim for p in self.parts if (lim := p.round_limit(rounds_done)) is not None]
+        return min(limits, key=lambda lim: lim[0]) if limits else None
 
     @property
     def uses_idle_clients(self) -> bool:
@@ -233,6 +260,9 @@ class Strategy:
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float]:
         """Every part's server step; returns the metrics they report (keys as given: name them after the part)."""
         metrics: dict[str, float] = {}
+        for p in self.parts:  # the steps on the complete sums first (Part.aggregate: DP's noise)
+            if overrides(p, "aggregate"):
+                p.aggregate(round_idx, agg)
         for p in self.parts:
             metrics.update(p.server_update(round_idx, agg) or {})
         return metrics
@@ -283,8 +313,3 @@ def steps_inside(part: Part) -> bool:
     """Whether ``part`` does work inside the local step (``after_backward`` / ``after_step``)."""
     return any(overrides(part, h) for h in STEP_HOOKS)
 
-
-def capturing() -> bool:
-    """Whether a CUDA graph is being captured on the current stream: a graph-safe part then reads a host number it
-    plans per step as its 0-d tensor (a float would be a constant of the graph)."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()

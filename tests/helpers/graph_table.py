@@ -1,5 +1,5 @@
 """The table in docs/usage.md of which methods' local steps replay under ``trainer.compile=graphs``, and why the others
-do not, made from the declarations (``Part.graph_safe``, ``Part.graph_plan``, the optimizer's adapter:
+do not, made from the declarations (``Part.step_plan`` read by ``step/plan.py``, the optimizer's adapter:
 ``step.graphed.unsupported``). ``python3 -m tests.helpers.graph_table`` rewrites it; a test checks it matches."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def method_row(method: str, run_dir) -> tuple[str, str]:
     reason = unsupported(loop.strategy, client.optimizer)
     if reason:
         return "no", reason
-    planned = [f"`{p.name}.{f}`" for p in loop.strategy.parts if steps_inside(p) for f in p.graph_plan]
+    planned = [f"`{p.name}.{f}`" for p in loop.strategy.parts if steps_inside(p) for f in (p.step_plan or ())]
     return "yes", (f"eager at a step whose {', '.join(planned)} is not the captured step's" if planned else "")
 
 

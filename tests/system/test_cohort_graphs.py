@@ -18,13 +18,14 @@ def _watch_addresses(monkeypatch) -> list:
     client's start) and its plan, recorded at every step; returns the list it fills."""
     from fl_lightning.cohort.engine import Cohort
     from fl_lightning.cohort.step import CohortStep
-    from fl_lightning.step.graphed import addresses, plan
+    from fl_lightning.step.graphed import addresses
+    from fl_lightning.step.plan import planned
 
     monkeypatch.setattr(Cohort, "pad_remainder", True)
     real, seen = CohortStep.__call__, []
 
     def step(self, ctx, batch, k):
-        seen.append((k, addresses(ctx, self.strategy), plan(ctx, self.strategy)))
+        seen.append((k, addresses(ctx, self.strategy), planned(ctx, self.strategy)))
         return real(self, ctx, batch, k)
     monkeypatch.setattr(CohortStep, "__call__", step)
     return seen

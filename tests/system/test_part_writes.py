@@ -151,9 +151,10 @@ def test_a_part_changes_only_what_it_declares(method, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# graph safety (Part.graph_safe, trainer.compile=graphs): a replayed step runs what was captured, so a graph-safe part's
-# step hooks may not wait for the device, branch on a tensor's value, read a host number it did not declare planned
-# (Part.graph_plan), rebind a tensor a later step reads, or change the optimizer's settings (constants of the graph)
+# the step plan (Part.step_plan, step/plan.py): a replayed step runs what was captured and a cohort runs the same hooks
+# over stacked tensors, so the step hooks of a part that declares its plan may not wait for the device, branch on a
+# tensor's value, read a host number outside its plan, rebind a tensor a later step reads, or change the optimizer's
+# settings (constants of the graph)
 
 # ops whose result a host needs before it goes on (a device's value read back, an output shaped by the data)
 SYNC_OPS = {"_local_scalar_dense", "nonzero", "masked_select", "unique", "_unique", "_unique2", "unique_consecutive",
@@ -222,7 +223,7 @@ class StateReads:
 
 
 def graph_violations(part, client, run, plan_ref) -> list[str]:
-    """What ``run(client)`` (a step hook of the graph-safe ``part``) does that a replay could not (the module comment)."""
+    """What ``run(client)`` (a step hook of ``part``, which declares its step plan) does that a replay could not (the module comment)."""
     from fl_lightning.step.graphed import tensors_in
 
     state = client._states.get(part.name)
@@ -240,8 +241,8 @@ def graph_violations(part, client, run, plan_ref) -> list[str]:
             client._states[part.name] = state
     out = [f"syncs to the host ({s})" for s in dict.fromkeys(watch.syncs)]
     if proxy is not None:
-        out += [f"reads the host value {name!r} of its round state, not in graph_plan"
-                for name, host in sorted(proxy.read) if host and name not in part.graph_plan]
+        out += [f"reads the host value {name!r} of its round state, not in step_plan"
+                for name, host in sorted(proxy.read) if host and name not in (part.step_plan or ())]
     if own() != before:
         out.append("rebinds a tensor of its own or of its round state (a replay reads the old one)")
     if not same(settings, snapshot(client).get("optimizer.settings")):
@@ -250,22 +251,22 @@ def graph_violations(part, client, run, plan_ref) -> list[str]:
 
 
 def graph_safety(loop, rounds: int = 2) -> dict[str, list[str]]:
-    """Run ``rounds`` of ``loop`` with its graph-safe parts' step hooks run as while captured
+    """Run ``rounds`` of ``loop`` with its planned parts (``Part.step_plan``)' step hooks run as while captured
     (``client.traced`` true: planned numbers read as their tensors) and watched at every step a replay would take (its planned values, the parts'
-    ``graph_plan``, those of the client's first step); what each part did that a replay could not."""
-    from fl_lightning.step import graphed as graphed_step
+    ``step_plan``, those of the client's first step); what each part did that a replay could not."""
+    from fl_lightning.step.plan import planned
 
     found: dict[str, list[str]] = {}
     first: dict[int, tuple] = {}  # id(client) -> the plan of its first step (the captured one)
     for part in loop.strategy.parts:
-        if not part.graph_safe:
+        if part.step_plan is None:
             continue
         for hook in STEP_HOOKS:
             if getattr(type(part), hook) is getattr(Part, hook):
                 continue
 
             def watched(client, _run=getattr(part, hook), _part=part):
-                p = graphed_step.plan(client, loop.strategy)
+                p = planned(client, loop.strategy)
                 if first.setdefault(id(client), p) != p:  # an eager step under graphs
                     return _run(client)
                 client.traced = True  # as the capture wrapper sets it while a graph is captured
@@ -284,16 +285,16 @@ def graph_safety(loop, rounds: int = 2) -> dict[str, list[str]]:
 
 
 @pytest.mark.parametrize("method", CASES)
-def test_a_graph_safe_part_does_only_what_a_replay_can(method, tmp_path):
-    """Every method's graph-safe parts (``Part.graph_safe``), run as while captured over two rounds: no host sync, no
+def test_a_planned_part_does_only_what_a_replay_can(method, tmp_path):
+    """Every method's parts with a step plan (``Part.step_plan``), run as while captured over two rounds: no host sync, no
     undeclared host number, no rebound tensor, no change to the optimizer's settings at a step that would replay."""
     loop = build_loop([f"method={method}", "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=2",
                        "fl.local_steps=5"], tmp_path)
     assert graph_safety(loop) == {}
 
 
-def test_every_part_with_step_hooks_decides_its_graph_safety():
-    """Every part of the package with per-step hooks is graph-safe (each was decided: issue 61), and the
+def test_every_part_with_step_hooks_declares_its_step_plan():
+    """Every part of the package with per-step hooks declares its step plan (so it runs in a cohort and replays), and the
     watcher above catches each thing a part must not do (a toy part for each)."""
     import fl_lightning.strategies.parts as parts
 
@@ -302,13 +303,13 @@ def test_every_part_with_step_hooks_decides_its_graph_safety():
     assert {c.__name__ for c in hooked} == {"BiClip", "GlobalAlignment", "MomentumCorrection", "MuonStepOrder",
                                             "ProximalTerm", "ScaffoldCorrection", "Scallion", "SharedAdaptiveStorm",
                                             "SophiaHessian"}
-    assert [c.__name__ for c in hooked if not c.graph_safe] == []
+    assert [c.__name__ for c in hooked if c.step_plan is None] == []
 
 
 class _Unsafe(Part):
     """A part that does, in its step hook, each thing a replay cannot (chosen by ``what``)."""
 
-    graph_safe = True
+    step_plan = ()
 
     def __init__(self, what: str):
         self.what, self.buf = what, None
@@ -341,7 +342,7 @@ class _Unsafe(Part):
 
 @pytest.mark.parametrize("what,expected", [("item", "syncs to the host (Tensor.__float__)"),
                                            ("branch", "syncs to the host (Tensor.__bool__)"),
-                                           ("host", "reads the host value 'count' of its round state, not in graph_plan"),
+                                           ("host", "reads the host value 'count' of its round state, not in step_plan"),
                                            ("rebind", "rebinds a tensor"), ("settings", "changes the optimizer's settings")])
 def test_the_graph_watcher_sees_what_a_replay_cannot_do(what, expected, tmp_path):
     loop = build_loop(["method=fedavg", "fl.rounds=1", "fl.num_clients=4", "fl.clients_per_round=1",

@@ -39,10 +39,9 @@ Threshold = Annotated[float, Range(0.0), ORDERED]
 class BiClip(Part):
     reads = ("grads",)  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
-    # trainer.compile=graphs: elementwise ops on the gradients, the round's two thresholds constants of the graph
-    # (captured again when a schedule moves them: once a round)
-    graph_safe = True
-    graph_plan = ("thresholds",)
+    # its step: elementwise ops on the gradients (one client's or a cohort's stacked alike), reading the round's two
+    # thresholds (a captured step's constants, captured again when a schedule moves them: once a round)
+    step_plan = ("thresholds",)
 
     def __init__(self, lower: Threshold = 1e-4, upper: Threshold = 1.0,
                  lower_exponent: Annotated[float, Range(-16.0, 16.0)] = 0.0,
@@ -72,8 +71,6 @@ class BiClip(Part):
         torch._foreach_clamp_min_(grads, lo)
         torch._foreach_clamp_max_(grads, hi)
         torch._foreach_mul_(grads, signs)
-
-    batched = True  # trainer.cohort: the same elementwise clip on the stacked gradients (the round's thresholds)
 
     def after_backward(self, client: ClientContext) -> None:
         """One client's gradients or a cohort's (K, ...) alike: elementwise."""

@@ -54,7 +54,6 @@ from ..records import Field, Record
 class GlobalAlignment(Part):
     reads = ("weights", "optimizer.settings")  # what its hooks read of the client's training tensors
     writes = ("optimizer.settings", "weights")  # what its hooks change of the client's training tensors
-    batched = True  # trainer.cohort: the same Δ_G, broadcast over the clients' stacked parameters
     INITS = ("zero", "grad")
 
     def __init__(self, alpha: Fraction = 0.5, lr: Positive = 1.0, scale_optimizer_lr: bool = True, init: str = "zero",
@@ -70,9 +69,9 @@ class GlobalAlignment(Part):
         self.DG: dict[str, Tensor] = {}
 
     # ------------------------------------------------------------------ server side
-    # trainer.compile=graphs: the step reads Δ_G (the server's own tensors, updated in place) and −η_r·α from one
-    # device tensor kept for the run (filled at each client's start), never a number of the graph
-    graph_safe = True
+    # its step reads Δ_G (the server's own tensors, updated in place, broadcast over a cohort's stacked parameters)
+    # and −η_r·α from one device tensor kept for the run (filled at each client's start), no host number
+    step_plan = ()
     _neg_step: Tensor | None = None
     scratch = ("DG", "_neg_step")  # Δ_G is recomputed in each round's broadcast from the saved prev_x
 
@@ -148,7 +147,7 @@ class GlobalAlignment(Part):
         deltas: dict = shared(default_factory=dict)  # Δ_G per parameter ({} when η_r·α = 0 off CUDA: no step)
         step: float = shared(0.0)                    # η_r·α
 
-    def graph_inputs(self, client: ClientContext) -> list[Tensor]:
+    def step_tensors(self, client: ClientContext) -> list[Tensor]:
         """What ``after_step`` reads in a replayed step: Δ_G and −η_r·α."""
         return [*client.state_of(self).deltas.values(), *([self._neg_step] if self._neg_step is not None else [])]
 

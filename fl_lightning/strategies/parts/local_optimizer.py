@@ -30,10 +30,9 @@ class LocalOptimizer(Part):
     reads = ("optimizer.state",)  # what its hooks read of the client's training tensors
     writes = ("optimizer.settings", "optimizer.state", "optimizer.corrections")  # it builds the optimizer
     provides_optimizer = True  # the Strategy's required slot: built before any other part's client_start
-    # trainer.compile=graphs: no step hooks; the run's one optimizer, its state zeroed in place for each client or (state=
-    # persistent) each client's imported in place (optim/state.py); whether its step replays is its adapter's call
-    # (step/graphed.py's unsupported: state allocated once, counts on the device)
-    graph_safe = True
+    # no step hooks; the run's one optimizer, its state zeroed in place for each client or (state=persistent) each
+    # client's imported in place (optim/state.py); whether its step replays or runs batched is its optimizer's call
+    # (step/graphed.py's unsupported, cohort/optimizer.py's optimizer_mode)
 
     def __init__(self, optimizer: Callable, state: str = "reset", param_groups: Callable | None = None):
         if not callable(optimizer):

@@ -51,10 +51,10 @@ from .global_alignment import mean_probe_gradient
 class MomentumCorrection(Part):
     reads = ("grads", "weights")  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
-    batched = True  # trainer.cohort: the direction broadcast, c_i and the gradient sums stacked per client
-    # trainer.compile=graphs: multi-tensor ops on its round state, branches on its settings only, the norm on the
-    # device; variance_reduction's second gradient (a backward inside the step) is captured with it
-    graph_safe = True
+    # its step: multi-tensor ops on its round state (the direction broadcast, c_i and the gradient sums stacked per
+    # client in a cohort), branches on its settings only, the norm on the device; variance_reduction's second
+    # gradient is a backward inside the step
+    step_plan = ()
     MOMENTA, INITS, PREV = ("direction", "control"), ("grad", "zero"), ("downlink", "client")
 
     def __init__(self, beta: Annotated[float, Range(0.0, 1.0, open_low=True)] = 0.1, lr: Positive = 1.0,

@@ -21,8 +21,7 @@ from ..base import ClientContext, Part
 class ProximalTerm(Part):
     reads = ("grads", "weights")  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
-    batched = True  # trainer.cohort: the same after_backward on the stacked parameters (x^r broadcast over clients)
-    graph_safe = True  # trainer.compile=graphs: multi-tensor ops on the gradients, the weights and the server's x^r
+    step_plan = ()  # its step: multi-tensor ops on the gradients, the weights and the server's x^r (broadcast)
 
     def __init__(self, mu: NonNegative = 0.01):
         self.mu = float(mu)

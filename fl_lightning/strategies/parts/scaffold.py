@@ -43,9 +43,8 @@ from .control_variate import ServerControlVariate
 class ScaffoldCorrection(ServerControlVariate):
     reads = ("grads", "weights", "optimizer.settings")  # what its hooks read of the client's training tensors
     writes = ("grads",)  # what its hooks change of the client's training tensors
-    batched = True  # trainer.cohort: the same after_backward over the clients' stacked corrections and sums
     CONTROLS = ("mean_grad", "option2", "last_grad", "option1")
-    graph_safe = True  # trainer.compile=graphs: multi-tensor ops on the gradients and its round state's tensors
+    step_plan = ()  # its step: multi-tensor ops on the gradients and its round state's corrections and sums
     scratch = ("_zeros", "_acc")  # a never-trained client's c_i, the gradient sum: refilled for each client
 
     def __init__(self, control: str = "mean_grad", correction_applied: bool = True):

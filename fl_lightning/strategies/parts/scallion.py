@@ -84,8 +84,7 @@ class Scallion(Part):
         corr: dict = rows(default_factory=dict)  # c − c_i per parameter: what each step adds to the gradient
         ci: dict = own(default_factory=dict)     # c_i as the round began
 
-    batched = True  # trainer.cohort: the same after_backward, each client's correction c − c_i stacked
-    graph_safe = True  # trainer.compile=graphs: one multi-tensor add of its round state's correction
+    step_plan = ()  # its step: one multi-tensor add of its round state's correction c − c_i
 
     @torch.no_grad()
     def after_backward(self, client: ClientContext) -> None:

@@ -41,10 +41,9 @@ from .global_alignment import mean_probe_gradient
 class SharedAdaptiveStorm(Part):
     reads = ("grads", "weights", "optimizer.settings")  # what its hooks read of the client's training tensors
     writes = ("grads", "weights")  # what its hooks change of the client's training tensors
-    batched = True  # trainer.cohort: m, v, H and the previous point stacked; 1 − α and η per client and step
-    # trainer.compile=graphs: the step's 1 − α and η planned before it (before_step) and read as 0-d tensors filled in
-    # place while captured; x_t kept in place; the second gradient (a backward inside the step) captured with it
-    graph_safe = True
+    # its step: m, v, H and the previous point (stacked per client in a cohort); 1 − α and η planned before it
+    # (before_step) and read as 0-d tensors filled in place when traced; x_t kept in place; a second backward
+    step_plan = ()
     def __init__(self, k: Positive = 2.0, omega: NonNegative = 8.0, c: NonNegative = 1.0, rho: Positive = 1e-2,
                  v_decay: Fraction = 0.99, init: Annotated[str, OneOf("grad", "zero")] = "grad"):
         self.k, self.omega, self.c, self.rho, self.decay = float(k), float(omega), float(c), float(rho), float(v_decay)

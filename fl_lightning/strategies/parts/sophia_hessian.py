@@ -45,10 +45,10 @@ class SophiaHessian(Part):
     reads = ("grads", "weights", "optimizer.state")  # what its hooks read of the client's training tensors
     writes = ("optimizer.state",)  # what its hooks change of the client's training tensors
     ESTIMATORS = ("hutchinson", "gnb", "empirical")
-    # trainer.compile=graphs: whether a step refreshes ĥ is planned before it (before_step), so the regular steps, which
-    # do nothing here, replay, and a refresh step (its own generator's draws, a double backward) runs eagerly
-    graph_safe = True
-    graph_plan = ("refresh",)
+    # whether a step refreshes ĥ is planned before it (before_step): the regular steps do nothing here (a captured step
+    # replays them), a refresh step draws from its own generator and backpropagates twice (in a cohort: each client's
+    # probes from its own stream, one Hessian-vector product for all; GNB: each client's labels, one gradient)
+    step_plan = ("refresh",)
     COUNTERS = ("global", "client", "round")
 
     def __init__(self, estimator: str = "hutchinson", every: Annotated[int, Range(1, 10**9)] = 10,
@@ -59,10 +59,6 @@ class SophiaHessian(Part):
             raise ConfigError("counter", f"unknown counter {counter!r}", f"use one of {', '.join(self.COUNTERS)}")
         self.counter = counter
         self.estimator, self.every, self.probes = estimator, every, probes
-
-    # trainer.cohort: every estimate runs batched (Hutchinson: each client's probes from its own stream, one
-    # Hessian-vector product for the cohort; GNB: each client's labels from its own stream, one gradient)
-    batched = True
 
     def cohort_check(self, module) -> str | None:
         if self.estimator == "gnb" and not (callable(getattr(module, "sampled_labels", None))

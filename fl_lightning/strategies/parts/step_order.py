@@ -36,12 +36,10 @@ from ..round_state import RoundState, own
 class MuonStepOrder(Part):
     reads = ("weights", "optimizer.settings", "optimizer.state")  # what its hooks read of the client's training tensors
     writes = ("optimizer.settings", "weights")  # what its hooks change of the client's training tensors
-    batched = True  # trainer.cohort: the clients at their last step keep their Muon rows (the momentum absorbs)
     ORDERS = ("alg1", "standard")
-    # trainer.compile=graphs: whether a step is the round's last is planned before it (before_step): the others, where
-    # the hooks do nothing, replay; the last one (the Muon groups' lr at 0) runs eagerly
-    graph_safe = True
-    graph_plan = ("last",)
+    # whether a step is the round's last is planned before it (before_step): the others do nothing here; at the last
+    # one the Muon groups' lr is 0 (in a cohort, the clients at their last step keep their Muon rows)
+    step_plan = ("last",)
 
     def __init__(self, order: str = "alg1"):
         if order not in self.ORDERS:

@@ -41,7 +41,7 @@ def test_the_others_say_why_they_run_eagerly(method, needle, tmp_path):
     assert reason is not None and needle in reason, reason
 
 
-def test_a_part_not_declared_graph_safe_runs_eagerly(tmp_path):
+def test_a_part_with_step_hooks_and_no_step_plan_runs_eagerly(tmp_path):
     from fl_lightning.strategies.base import Part
 
     class Hooked(Part):
@@ -51,13 +51,13 @@ def test_a_part_not_declared_graph_safe_runs_eagerly(tmp_path):
     part = Hooked()
     part.name = "hooked"
     loop.strategy.parts.append(part)
-    assert unsupported(loop.strategy, object()) == "part 'hooked' (Hooked) is not declared graph-safe"
+    assert unsupported(loop.strategy, object()) == "part 'hooked' (Hooked) declares no step plan (Part.step_plan)"
 
 
 def test_the_plan_is_the_parts_planned_host_values(tmp_path):
-    """``step.graphed.plan``: seed 003's step order marks the round's last step, Sophia its refresh steps, planned
+    """``step.plan.planned``: seed 003's step order marks the round's last step, Sophia its refresh steps, planned
     before each step (``before_step``); what a replay compares with the captured plan."""
-    from fl_lightning.step.graphed import plan
+    from fl_lightning.step.plan import planned
 
     seen = {}
     for method in ("fedmuon_avg", "fed_sophia"):
@@ -70,7 +70,7 @@ def test_the_plan_is_the_parts_planned_host_values(tmp_path):
         plans = []
         for k, batch in enumerate(loop.data.client_batches(client.id, 0, loop.device, StepBudget(steps=6))):
             loop.strategy.before_step(client)
-            plans.append(plan(client, loop.strategy))
+            plans.append(planned(client, loop.strategy))
             loop.step(client, batch, k)
             client.step += 1
         seen[method] = plans
@@ -147,8 +147,8 @@ def test_graph_replays_equal_eager_steps(method, model, extra, tmp_path, monkeyp
     ("scaffold", []), ("fedprox", []), ("scallion", []), ("adam_biclip", []), ("padamfed_vr", []), ("fafed", []),
     ("fed_sophia", ["method.parts.hessian.every=4"]), ("fedmuon_avg", ["method.ns_dtype=null"]),
 ])
-def test_the_parts_decided_graph_safe_replay_as_eager(method, extra, tmp_path, monkeypatch):
-    """The parts issue 61 decided graph-safe, on the CNN: replayed runs give eager's model up to float order, most
+def test_the_parts_with_a_step_plan_replay_as_eager(method, extra, tmp_path, monkeypatch):
+    """The parts that declare a step plan, on the CNN: replayed runs give eager's model up to float order, most
     steps replayed (a planned step, Sophia's refresh or seed 003's last step, eagerly; a client bringing new tensors
     captures again)."""
     runs = _eager_and_graphs([f"method={method}", "model=cnn", *BASE, "trainer.accelerator=cuda", *extra], tmp_path,

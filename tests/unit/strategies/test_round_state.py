@@ -90,10 +90,10 @@ OWN_BATCHED_FORM = {"MuonStepOrder", "SharedAdaptiveStorm", "SophiaHessian"}
 
 
 def test_the_step_hooks_are_one_function_for_one_client_and_for_a_cohort():
-    """A batched part's cohort step hooks are its own after_backward / after_step (the default), except the few
+    """A part with a step plan: its cohort step hooks are its own after_backward / after_step (the default), except the few
     whose batched form must differ."""
     for c in _part_classes():
-        if not c.batched:
+        if c.step_plan is None:
             continue
         own_form = [h for h in ("cohort_after_backward", "cohort_after_step") if getattr(c, h) is not getattr(Part, h)]
         assert bool(own_form) == (c.__name__ in OWN_BATCHED_FORM), (c.__name__, own_form)
