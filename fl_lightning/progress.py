@@ -157,8 +157,11 @@ class RoundProgress(_Live):
     def end_round(self, r: int, info: dict) -> None:
         value = info.get(self.primary)
         shown = f"{value:.4f}" if isinstance(value, (int, float)) else "-"
-        text = (f"loss {info['train_loss']:.4f}  {self.primary} {shown}  "
-                f"up {info['uplink_mb']:.2f} MB  down {info['downlink_mb']:.2f} MB")
+        loss = info.get("train_loss")  # none in a round nobody was sampled in (fl.sampling=poisson)
+        text = (f"loss {loss:.4f}  " if isinstance(loss, (int, float)) else "loss -  ") + (
+                f"{self.primary} {shown}  up {info['uplink_mb']:.2f} MB  down {info['downlink_mb']:.2f} MB")
+        if isinstance(info.get("dp_epsilon"), (int, float)):  # dp: the privacy spent so far
+            text += f"  ε {info['dp_epsilon']:.3g}"
         self.progress.update(self.rounds, completed=r + 1)
         self.progress.info = f"round {r + 1}: {text}"
         if self.enabled and not self.live and info.get("evaluated"):
@@ -176,7 +179,10 @@ class RoundProgress(_Live):
         self._stop()
         t = Table(title=f"{summary['method']} / {summary['model']} / {summary['data']}", show_header=False)
         p = summary["primary_metric"]
-        for k in ("rounds_done", f"final_{p}", f"best_{p}", "final_test_loss", "uplink_mb", "downlink_mb", "wall_s", "run_dir"):
+        for k in ("rounds_done", f"final_{p}", f"best_{p}", "final_test_loss", "final_dp_epsilon", "uplink_mb", "downlink_mb",
+                  "wall_s", "run_dir"):
+            if k == "final_dp_epsilon" and k not in summary:
+                continue
             v = summary.get(k)
             t.add_row(k, f"{v:.4f}" if isinstance(v, float) else str(v))
         print_whole(self.out, t)

@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 SAMPLING, CLIENT_DATA, CLIENT_TORCH, CLIENT_EXTRA, CLIENT_PART = 1, 2, 3, 5, 6  # purpose ids (4 retired; never reused)
+DP_NOISE, POISSON = 7, 8  # the server's DP noise of a round (fl_lightning/dp/), fl.sampling=poisson
 
 
 def purpose_id(name: str) -> int:
@@ -32,3 +33,18 @@ def sample_clients(seed: int, round_idx: int, num_clients: int, per_round: int) 
     """Uniform without replacement, seeded by (seed, round)."""
     rng = np.random.default_rng(derive(seed, SAMPLING, round_idx))
     return sorted(rng.choice(num_clients, size=per_round, replace=False).tolist())
+
+
+def poisson_clients(seed: int, round_idx: int, num_clients: int, q: float) -> list[int]:
+    """Poisson sampling: each client joins independently with probability ``q``, seeded by (seed, round); the
+    round's size is Binomial(num_clients, q) and may be 0."""
+    rng = np.random.default_rng(derive(seed, POISSON, round_idx))
+    return np.flatnonzero(rng.random(num_clients) < q).tolist()
+
+
+def round_clients(seed: int, round_idx: int, num_clients: int, per_round: int, sampling: str = "fixed") -> list[int]:
+    """Round ``round_idx``'s clients (``fl.sampling``): ``fixed``, :func:`sample_clients`; ``poisson``,
+    :func:`poisson_clients` with q = per_round / num_clients."""
+    if sampling == "poisson":
+        return poisson_clients(seed, round_idx, num_clients, per_round / num_clients)
+    return sample_clients(seed, round_idx, num_clients, per_round)

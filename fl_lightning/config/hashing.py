@@ -16,7 +16,7 @@ NOT_RESULT_GROUPS = ("hydra", "logger")  # whole groups that do not change resul
 def result_view(cfg: DictConfig) -> dict:
     """The part of the config that changes results (what a resumed run must share with the one it continues)."""
     c = OmegaConf.to_container(cfg, resolve=True)
-    c = {k: v for k, v in c.items() if k not in NOT_RESULT_GROUPS and not (k == "server_opt" and v is None)}
+    c = {k: v for k, v in c.items() if k not in NOT_RESULT_GROUPS and not (k in ("server_opt", "dp") and v is None)}
     for name in not_result_keys():
         group, _, leaf = name.rpartition(".")
         node = c.get(group) if group else c

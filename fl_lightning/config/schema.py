@@ -74,6 +74,10 @@ class FL:
         16, "clients in the federation (auto: as many as the partition's natural groups)")
     clients_per_round: Annotated[int, Range(1, 10**7)] = key(
         8, "clients sampled each round, uniformly without replacement, seeded by (seed, round)")
+    sampling: Annotated[str, OneOf("fixed", "poisson")] = key(
+        "fixed", "how a round's clients are drawn: fixed (fl.clients_per_round of them, uniformly without replacement) | "
+        "poisson (each client joins with q = clients_per_round/num_clients: the round's size varies, may be 0; the "
+        "sampling DP accounts as add/remove, docs/usage.md)", example="poisson", hashed=lambda v, view: v != "fixed")
     rounds: Annotated[int, Range(1, 10**9)] = key(40, "communication rounds",
                                                   hashed=lambda v, view: view["fl"].get("lr_schedule", "constant") != "constant")
     local_steps: Annotated[Optional[int], Range(1, 10**6)] = key(
@@ -228,6 +232,7 @@ class Root:
     optimizer: Any = None
     server_opt: Any = None
     logger: Any = None
+    dp: Any = None  # user-level differential privacy (conf/dp/: none | central | central_adaptive; fl_lightning/dp/)
 
 
 GROUPS = {"fl": FL, "trainer": Trainer, "checkpoint": Checkpoint, "store": Store}
@@ -268,7 +273,8 @@ def not_setting_keys() -> list[str]:
 # files, hashed as before the argument existed; ``data.source`` tsv (GLUE) / files (C4) is the reader every run
 # before the argument used (fl_lightning/data/hub.py: LEGACY_SOURCE)
 ARGUMENT_HASH_RULES = {"data.fake": lambda v, view: v is not False,
-                       "data.source": lambda v, view: v not in ("tsv", "files")}
+                       "data.source": lambda v, view: v not in ("tsv", "files"),
+                       "dp.max_epsilon": lambda v, view: False}  # where the run stops, not what it computes
 
 
 def hash_rules() -> dict[str, object]:

@@ -192,7 +192,12 @@ class FederatedLoop:
     def run_round(self, r: int, progress: RoundProgress | None = None) -> dict[str, float]:
         """Sample, train the sampled clients this process owns, aggregate, update the server. Returns the round's
         metrics (train loss, lr factor and whatever the strategy's parts report)."""
-        sampled = seeding.sample_clients(self.seed, r, self.n, self.S)
+        sampled = seeding.round_clients(self.seed, r, self.n, self.S, self.fl.sampling)  # fixed | poisson (may be none)
+        if not sampled:  # nothing changes, unless a part releases something all the same (DP's noise)
+            log.info("round %d: no client sampled (fl.sampling=poisson)%s", r + 1, ": the noise is released all the "
+                     "same" if self.strategy.releases_empty_rounds else ": nothing changes")
+            if not self.strategy.releases_empty_rounds:
+                return {"lr_factor": self.lr_factor(r), "round_clients": 0, "round_uplink_bits": 0, "round_downlink_bits": 0}
         owner = assign_clients(self.work, self.world, sampled, self.pinned) if self.world > 1 else {}
         mine = [c for c in sampled if owner.get(c, 0) == self.rank]
         lr_f = self.lr_factor(r)
@@ -224,8 +229,9 @@ class FederatedLoop:
                 self.pinned[c] = int(p) - 1
         part_metrics = self.strategy.server_update(r, agg)
         self.recorder.add(uplink_bits=int(tot[0]), downlink_bits=down_bits)
-        return {"train_loss": float(tot[1]) / len(sampled), **part_metrics, "lr_factor": lr_f,
-                "round_uplink_bits": int(tot[0]), "round_downlink_bits": down_bits}
+        size = {"round_clients": len(sampled)} if self.fl.sampling == "poisson" else {}
+        return {**({"train_loss": float(tot[1]) / len(sampled)} if sampled else {}), **part_metrics, "lr_factor": lr_f,
+                **size, "round_uplink_bits": int(tot[0]), "round_downlink_bits": down_bits}
 
     def idle_clients(self, r: int, sampled: set[int], received: dict[str, Tensor], lr_f: float) -> None:
         """Hand every owned, non-sampled client to the strategy's ``client_idle`` with its state checked out."""
@@ -345,6 +351,7 @@ class FederatedLoop:
         except ValueError:  # not the main thread: no signal handling
             old = {}
         end = self.R if stop_after_rounds is None else min(self.R, self.round + int(stop_after_rounds))
+        end = self.strategy.round_limit(self.round, end)  # a privacy budget (dp.max_epsilon): stop before passing it
         primary = self.recorder.primary[0]
         try:
             with RoundProgress(self.R, self.round, progress_enabled and self.rank == 0, primary) as progress:

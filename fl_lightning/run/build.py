@@ -26,6 +26,7 @@ from ..cohort import auto_cohort, check_cohort_memory
 from ..step import Capture
 from ..config import check_clients, check_run, config_hash, instantiate, interpolation_source
 from ..data import build_federated_data, hub
+from ..dp import attach_dp
 from ..errors import ConfigError
 from ..loop.loop import FederatedLoop, LoopConfig
 from ..models import build_model
@@ -275,6 +276,7 @@ def build(cfg: DictConfig, run_dir: str, fabric=None, checked: bool = False, res
     if auto_threads_later:  # auto: once, now that the model's size is known (a small model gets one thread)
         apply_threads(cfg, sum(p.numel() for p in module.parameters()) if fabric.device.type == "cpu" else None)
     strategy = build_strategy(cfg.method, checked=True)
+    attach_dp(cfg, strategy, data.num_clients)
     clients = -(-int(cfg.fl.clients_per_round) // fabric.world_size)
     bound = functools.lru_cache(maxsize=1)(lambda: auto_cohort(  # the memory bound on K (a one-client probe)
         strategy, module, fabric.device, clients, available_memory(fabric.device),

@@ -65,7 +65,7 @@ def _say_where(summary: dict, run_dir: str, progress: bool, cfg: DictConfig | No
               f"{fmt(summary.get(f'final_{p}'))} (best {fmt(summary.get(f'best_{p}'))}); run directory {run_dir}",
               flush=True)
     if not summary.get("finished", True):
-        print(f"stopped after round {summary.get('rounds_done')} (stop_after_rounds); checkpoint saved. Resume with:\n"
+        print(f"stopped after round {summary.get('rounds_done')} (stop_after_rounds or dp.max_epsilon); checkpoint saved. Resume with:\n"
               f"{resume_hint(run_dir, cfg)}", file=sys.stderr, flush=True)
 
 

@@ -141,8 +141,8 @@ class Part:
         """After the sums are complete (all-reduced across processes), before every part's ``server_update``: change
         the round's sums in place (DP's noise on the aggregate)."""
     releases_empty_rounds: bool = False  # True: a round nobody was sampled in still runs broadcast and server_update
-    def round_limit(self, rounds_done: int) -> tuple[int, str] | None:
-        """The most rounds this run may complete (a privacy budget) and the line that says why; None: no limit."""
+    def round_limit(self, rounds_done: int, end: int) -> int | None:
+        """The most rounds this run may complete (a privacy budget; below ``end``, the part logs why); None: no limit."""
         return None
 
     config_key: str = ""  # where the part's config sits (``method.parts.<name>``; set by build_strategy)
@@ -243,10 +243,9 @@ class Strategy:
     def releases_empty_rounds(self) -> bool:
         return any(p.releases_empty_rounds for p in self.parts)
 
-    def round_limit(self, rounds_done: int) -> tuple[int, str] | None:
-        """The smallest limit the parts set on the rounds (:meth:`Part.round_limit`), with its line; None: none."""
-        limits = [lim for p in self.parts if (lim := p.round_limit(rounds_done)) is not None]
-        return min(limits, key=lambda lim: lim[0]) if limits else None
+    def round_limit(self, rounds_done: int, end: int) -> int:
+        """The rounds this invocation may complete: ``end``, or less where a part sets a limit (:meth:`Part.round_limit`)."""
+        return min([end, *(lim for p in self.parts if (lim := p.round_limit(rounds_done, end)) is not None)])
 
     @property
     def uses_idle_clients(self) -> bool:

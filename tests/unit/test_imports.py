@@ -13,6 +13,7 @@ LAYERS = [
     {"codecs", "optim", "data", "checkpoint", "recorder", "progress", "report"},
     {"server_opt", "models"},
     {"strategies"},
+    {"dp"},
     {"step"},
     {"cohort"},
     {"loop"},
