@@ -14,7 +14,7 @@ def _write_json(obj: Any, path: str) -> None:
         os.fsync(f.fileno())
 
 
-def _digest(path: str) -> str:
+def file_digest(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -45,7 +45,7 @@ def _sync_files(paths: list[str], digest: int = 0) -> list[str]:
 
     def one(i: int) -> str:
         _fsync(paths[i])
-        return _digest(paths[i]) if i < digest else ""
+        return file_digest(paths[i]) if i < digest else ""
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, len(paths)))) as pool:
         return list(pool.map(one, range(len(paths))))[:digest]

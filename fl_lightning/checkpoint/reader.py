@@ -13,7 +13,7 @@ from safetensors.torch import load as safetensors_load
 from ..errors import ResumeError
 from ._base import _CheckpointerBase
 from .clients import _LazyTensors
-from .files import _digest
+from .files import file_digest
 from .format import FORMAT, DamagedCheckpoint, _segment, list_checkpoints
 from .state import Stateful, load_strict
 
@@ -117,7 +117,7 @@ class CheckpointReader(_CheckpointerBase):
         for r, digest in sorted(digests.items()):
             seg = _segment(root, r, file)
             try:
-                if _digest(seg) != digest:
+                if file_digest(seg) != digest:
                     raise DamagedCheckpoint(f"{damaged}: {r}/{file} is not what was saved (checksum)")
                 with safe_open(seg, "pt") as fh:
                     names = list(fh.keys())

@@ -202,7 +202,7 @@ class Cohort:
         real = len(cids)
         phantoms = self.size - real if self.pad_remainder else 0
         K, device = real + phantoms, self.device
-        stacked = self._stacked(K)
+        stacked = self.stacked(K)
         clients, hparams, states, corrections, own = [], [], [], [], []
         self.dropout.start()
         for i, cid in enumerate(cids + cids[:1] * phantoms):  # each client's start as in the sequential loop, then
@@ -343,7 +343,7 @@ class Cohort:
                    torch.cat([count, count.new_ones(phantoms)]), torch.cat([active, active.new_zeros(phantoms)]),
                    list(rows) + [0] * phantoms)
 
-    def _stacked(self, K: int) -> dict[str, Tensor]:
+    def stacked(self, K: int) -> dict[str, Tensor]:
         """The cohort's stacked parameters (K, ...), allocated once per cohort size and refilled for each cohort."""
         if self._buffers[0] != K:
             params = self.run.params

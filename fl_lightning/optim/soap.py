@@ -265,7 +265,7 @@ class SOAP(torch.optim.Optimizer):
         Gᵀ G as batched matmuls, every lerp in one multi-tensor op."""
         beta = self._shampoo_beta(group)
         factors, products = [], []
-        for idx in _batches(gs, [self._Qs(p, group) for p in ps]):
+        for idx in batch_groups(gs, [self._Qs(p, group) for p in ps]):
             sts = [self.state[ps[i]] for i in idx]
             if len(idx) > 1:  # same-shape matrices with both factors: one bmm for each of G Gᵀ and Gᵀ G
                 X = torch.stack([gs[i].to(sts[0]["GG0"].dtype) for i in idx])
@@ -292,7 +292,7 @@ def _step_sizes(steps: list[Tensor], lr, beta1: float, beta2: float) -> list[Ten
     return list(torch.neg_(size).unbind(0))
 
 
-def _batches(xs: list[Tensor], Qss: list[list[Tensor | None]]) -> list[list[int]]:
+def batch_groups(xs: list[Tensor], Qss: list[list[Tensor | None]]) -> list[list[int]]:
     """Indices of ``xs`` in batches: same-shape matrices with both factors (of one dtype and device) together, every
     other tensor alone."""
     out: dict[tuple, list[int]] = {}
@@ -308,7 +308,7 @@ def project_many(xs: list[Tensor], Qss: list[list[Tensor | None]], back: bool = 
     (``back``: Q_L X Q_Rᵀ) with the operands in :func:`project`'s order (``tensordot`` multiplies xᵀ by Q, then
     the result's transpose by the next Q), so one batch's matrices equal the one-at-a-time results."""
     out: list[Tensor | None] = [None] * len(xs)
-    for idx in _batches(xs, Qss):
+    for idx in batch_groups(xs, Qss):
         if len(idx) == 1:
             out[idx[0]] = project(xs[idx[0]], Qss[idx[0]], back)
             continue

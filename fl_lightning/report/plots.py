@@ -14,7 +14,7 @@ def _label(row: Row, shown: list[str], context: list[str] = ()) -> str:
     return ", ".join(parts) + f" (n={row.n})"
 
 
-def _curve(row: Row, x_col: str | None) -> tuple[list[float], list[float], list[float]]:
+def curve(row: Row, x_col: str | None) -> tuple[list[float], list[float], list[float]]:
     """x, mean, std over the row's runs at the rounds every run evaluated (a run stopped early without an error left
     out, as in the table's means, unless every run of the row stopped)."""
     per_run = []
@@ -67,7 +67,7 @@ def plot(rows: list[Row], out_dir: str, prefix: str = "") -> list[str]:
         for x_col, xlabel, stem in ((None, "round", "vs_round"), ("uplink_mb", "cumulative uplink (MB)", "vs_uplink")):
             fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
             for i, row in enumerate(members):
-                x, m, s = _curve(row, x_col)
+                x, m, s = curve(row, x_col)
                 if not x:
                     continue
                 style = ("-", "--", ":")[min(i // 10, 2)]  # the colour cycle repeats after 10 lines

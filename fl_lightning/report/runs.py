@@ -20,7 +20,7 @@ from ..config import not_setting_keys
 _NAMED = {"method": "method.name", "model": "model.name", "data": "data.name", "partition": "data.partition.name"}
 # keys that never tell two settings apart: the schema's (``setting=False``: those that leave results alone, and
 # what only evaluation or storage reads), the seed (runs of one setting differ by it), the logger, and lookups
-_IGNORED = (*not_setting_keys(), "seed", "logger", "tables")
+IGNORED_KEYS = (*not_setting_keys(), "seed", "logger", "tables")
 
 
 def closest(name: str, known) -> str:
@@ -111,8 +111,8 @@ class Run:
 
     @cached_property
     def flat(self) -> dict[str, Any]:
-        """The config as ``{dotted key: value}`` (lists as tuples), without the keys in ``_IGNORED``."""
-        return {k: v for k, v in self.leaves.items() if not any(k == i or k.startswith(i + ".") for i in _IGNORED)}
+        """The config as ``{dotted key: value}`` (lists as tuples), without the keys in ``IGNORED_KEYS``."""
+        return {k: v for k, v in self.leaves.items() if not any(k == i or k.startswith(i + ".") for i in IGNORED_KEYS)}
 
 
 def _float(v: str) -> float:

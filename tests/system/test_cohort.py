@@ -412,12 +412,12 @@ def test_a_remainder_cohort_padded_with_phantom_rows_is_one_shape_and_equals_the
     monkeypatch.setattr(Cohort, "pad_remainder", True)
     checked = _watch_masked_rows(monkeypatch)
     shapes = set()
-    real_stacked = Cohort._stacked
+    real_stacked = Cohort.stacked
 
     def stacked(self, K):
         shapes.add(K)
         return real_stacked(self, K)
-    monkeypatch.setattr(Cohort, "_stacked", stacked)
+    monkeypatch.setattr(Cohort, "stacked", stacked)
     coh, coh_loss, _ = _run(ov + ["trainer.cohort=4"], tmp_path, "cohort", rounds=2)
     assert shapes == {4} and checked and all(k == 4 for _, k in checked)
     tol = 1e-10 if method in ("local_adamw",) else 1e-12

@@ -28,14 +28,14 @@ def stopped(tmp_path):
 def _edit(ckpt, fn):
     """Change the saved state as another code version would have written it: the file and its recorded checksum
     (a file that does not match its checksum is damage, handled by falling back: tests/unit/checkpoint/test_checkpoint_damage.py)."""
-    from fl_lightning.checkpoint.files import _digest
+    from fl_lightning.checkpoint.files import file_digest
 
     f = ckpt / "strategy.safetensors"
     t = load_file(str(f))
     fn(t)
     save_file(t, str(f))
     meta = json.loads((ckpt / "meta.json").read_text())
-    meta["files"][f.name] = _digest(str(f))
+    meta["files"][f.name] = file_digest(str(f))
     (ckpt / "meta.json").write_text(json.dumps(meta))
 
 

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from fl_lightning.checkpoint import DamagedCheckpoint, list_checkpoints
-from fl_lightning.checkpoint.files import _digest
+from fl_lightning.checkpoint.files import file_digest
 from tests.helpers.cli import FAST, build_loop
 
 OV = FAST + ["method.momentum=0.9", "method.parts.local_optimizer.state=persistent"]
@@ -41,7 +41,7 @@ def _nan_weights_saved_consistently(path):
     save_file(t, path)
     meta_path = os.path.join(os.path.dirname(path), "meta.json")
     meta = json.load(open(meta_path))
-    meta["files"][os.path.basename(path)] = _digest(path)
+    meta["files"][os.path.basename(path)] = file_digest(path)
     json.dump(meta, open(meta_path, "w"))
 
 

@@ -185,7 +185,7 @@ def test_keys_that_leave_results_alone_are_stated_once_and_used_by_the_hash_the_
     from omegaconf import OmegaConf
 
     from fl_lightning.config import config_hash
-    from fl_lightning.report.runs import _IGNORED
+    from fl_lightning.report.runs import IGNORED_KEYS
     from fl_lightning.config.schema import all_keys, not_result_keys, register
     from tests.helpers.cli import CONF, make_cfg
 
@@ -196,7 +196,7 @@ def test_keys_that_leave_results_alone_are_stated_once_and_used_by_the_hash_the_
     assert all(not all_keys()[k].metadata["result"] for k in quiet)
     exclude = OmegaConf.load(os.path.join(CONF, "config.yaml")).hydra.job.config.override_dirname.exclude_keys
     assert set(quiet) <= set(exclude) and "experiment" in exclude and "fl.rounds" not in exclude
-    assert set(quiet) <= set(_IGNORED) and "fl.local_steps" not in _IGNORED
+    assert set(quiet) <= set(IGNORED_KEYS) and "fl.local_steps" not in IGNORED_KEYS
     base = config_hash(make_cfg([], "r"))
     for key, value in [("trainer.threads", "1"), ("checkpoint.every", "3"), ("fl.eval_every", "4"), ("label", "x")]:
         assert config_hash(make_cfg([f"{key}={value}"], "r")) == base, key
@@ -264,12 +264,12 @@ as before it existed); ``data.eval_batch_size`` and ``data.on_device`` stay in t
     hash (every checkpoint's hash has them) but never tell two settings apart in the report."""
     from fl_lightning.config import config_hash
     from fl_lightning.config import hash_rules, not_result_keys, not_setting_keys
-    from fl_lightning.report.runs import _IGNORED
+    from fl_lightning.report.runs import IGNORED_KEYS
     from tests.helpers.cli import make_cfg
 
     assert sorted(hash_rules()) == ["data.fake", "data.source", "data.val_fraction", "fl.rounds"]
     assert {"data.eval_batch_size", "data.on_device"} <= set(not_setting_keys()) - set(not_result_keys())
-    assert set(not_setting_keys()) <= set(_IGNORED)
+    assert set(not_setting_keys()) <= set(IGNORED_KEYS)
     h = config_hash(make_cfg([]))
     assert config_hash(make_cfg(["fl.rounds=7"])) == h  # constant schedule: R changes nothing
     assert config_hash(make_cfg(["fl.lr_schedule=cosine"])) != config_hash(make_cfg(["fl.lr_schedule=cosine",

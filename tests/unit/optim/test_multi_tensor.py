@@ -82,12 +82,12 @@ def test_soap_batched_step_equals_soap_one_parameter_at_a_time(first_step):
 
 
 def test_soap_batches_only_same_shape_matrices():
-    from fl_lightning.optim.soap import _batches
+    from fl_lightning.optim.soap import batch_groups
 
     xs = [torch.zeros(6, 4), torch.zeros(6, 4), torch.zeros(4, 6), torch.zeros(7), torch.zeros(6, 4)]
     Q = lambda n: torch.eye(n)  # noqa: E731
     Qss = [[Q(6), Q(4)], [Q(6), Q(4)], [Q(4), Q(6)], [None], [Q(6), Q(4)]]
-    assert sorted(map(sorted, _batches(xs, Qss))) == [[0, 1, 4], [2], [3]]
+    assert sorted(map(sorted, batch_groups(xs, Qss))) == [[0, 1, 4], [2], [3]]
 
 
 def _matrices(seed, dtype=torch.float64):

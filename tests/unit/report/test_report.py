@@ -193,9 +193,9 @@ def test_a_run_stopped_by_a_signal_is_counted_as_stopped_not_diverged(tmp_path):
     assert [(t["label"], t["diverged"], t["stopped"]) for t in table] == [("A", "0", "1"), ("B", "1", "0")]
     rows = report([str(tmp_path / "s")], str(tmp_path / "m"), by=["label"], stat="median", plots=False)
     assert rows[0].stats["median"][0] == 2.5 and rows[0].stats["p90"][0] == pytest.approx(3.7)  # 1..4, not +inf
-    from fl_lightning.report.plots import _curve
+    from fl_lightning.report.plots import curve
 
-    assert _curve(rows[0], None)[1] == [9.0, 2.5, 2.5]  # rounds 1-3 of the four that finished
+    assert curve(rows[0], None)[1] == [9.0, 2.5, 2.5]  # rounds 1-3 of the four that finished
 
 
 def test_paper_ordering_with_a_tier_whose_order_is_not_stated(tmp_path):
