@@ -27,22 +27,31 @@ SUMMED_AS_FLOATS = ("Dense", "LowRankSVD", "Clamp")  # codecs whose reconstructi
 
 
 def codecs_of(obj, depth: int = 0):
-    """Every codec (an object with ``encode``) reachable from ``obj``'s attributes (wrappers' inner codecs too)."""
-    if depth > 3:
-        return
-    for v in (vars(obj).values() if hasattr(obj, "__dict__") else ()):
+    """The codecs (objects with ``encode``) among ``obj``'s attributes, lists and dicts (not inside those codecs)."""
+    for v in (vars(obj).values() if hasattr(obj, "__dict__") and depth <= 3 else ()):
         for item in (v if isinstance(v, (list, tuple)) else v.values() if isinstance(v, dict) else (v,)):
             if callable(getattr(item, "encode", None)) and not isinstance(item, (type, str, bytes)):
                 yield item
-                yield from codecs_of(item, depth + 1)
+
+
+def codec_name(codec) -> str:
+    """``LionMomentum(Sign)``: a codec with the codecs it wraps."""
+    inner = [codec_name(c) for c in codecs_of(codec)]
+    return type(codec).__name__ + (f"({', '.join(inner)})" if inner else "")
+
+
+def summed_as_floats(codec) -> bool:
+    ok = type(codec).__name__ in SUMMED_AS_FLOATS or getattr(codec, "summed_as_floats", False)
+    return ok and all(summed_as_floats(c) for c in codecs_of(codec))
 
 
 def refused_codec(strategy) -> tuple[str, str] | None:
-    """``(part's config key, codec name)`` of the first codec whose upload is not summed as floats, or None."""
+    """``(part's config key, codec)`` of the first codec (or one it wraps) whose upload is not summed as floats (a
+    codec of one's own may say ``summed_as_floats = True``), or None."""
     for p in strategy.parts:
         for c in codecs_of(p):
-            if type(c).__name__ not in SUMMED_AS_FLOATS and not getattr(c, "summed_as_floats", False):
-                return p.config_key or p.name, type(c).__name__
+            if not summed_as_floats(c):
+                return p.config_key or p.name, codec_name(c)
     return None
 
 
