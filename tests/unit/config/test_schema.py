@@ -267,7 +267,8 @@ as before it existed); ``data.eval_batch_size`` and ``data.on_device`` stay in t
     from fl_lightning.report.runs import IGNORED_KEYS
     from tests.helpers.cli import make_cfg
 
-    assert sorted(hash_rules()) == ["data.fake", "data.source", "data.val_fraction", "fl.rounds"]
+    assert sorted(hash_rules()) == ["data.fake", "data.source", "data.val_fraction", "dp.max_epsilon", "fl.rounds",
+                                    "fl.sampling"]
     assert {"data.eval_batch_size", "data.on_device"} <= set(not_setting_keys()) - set(not_result_keys())
     assert set(not_setting_keys()) <= set(IGNORED_KEYS)
     h = config_hash(make_cfg([]))
@@ -276,3 +277,8 @@ as before it existed); ``data.eval_batch_size`` and ``data.on_device`` stay in t
                                                                                      "fl.rounds=7"]))
     assert config_hash(make_cfg(["data.val_fraction=0.0"])) == h != config_hash(make_cfg(["data.val_fraction=0.1"]))
     assert config_hash(make_cfg(["data.eval_batch_size=7"])) != h
+    # issue 67: dp=none and fl.sampling=fixed (the runs before them) leave the hash alone; where a budget stops a run
+    # (dp.max_epsilon) is not what it computes
+    assert config_hash(make_cfg(["dp=none", "fl.sampling=fixed"])) == h != config_hash(make_cfg(["fl.sampling=poisson"]))
+    dp = ["dp=central", "dp.noise_multiplier=1"]
+    assert config_hash(make_cfg(dp)) == config_hash(make_cfg(dp + ["dp.max_epsilon=3"])) != h
