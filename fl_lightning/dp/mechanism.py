@@ -153,7 +153,7 @@ class CentralDP:
         if bad is not None:
             raise ConfigError("dp", f"method {strategy.name!r} uploads through the {bad[1]} codec ({bad[0]}), which is "
                               "not summed as floats: clipping and noising its reconstruction is not that method",
-                              "use dp=none with this method, or a method whose upload is dense (e.g. method=fedavg)")
+                              "use a method whose upload is dense, e.g. method=fedavg (this one runs without DP only)")
         strategy.add_parts(self.parts())
         self.tell()
 
@@ -170,7 +170,7 @@ class AdaptiveCentralDP(CentralDP):
     """``dp=central_adaptive``: C starts at ``clip`` and moves geometrically toward the ``target_quantile`` of the
     clients' upload norms, ``C ← C·exp(−clip_lr (b̃ − target_quantile))``, b̃ the noised fraction of clients under C
     (Andrew et al., NeurIPS 2021, arXiv:1905.03871, Alg. 1 and Sec. 3: γ = 0.5, η_C = 0.2, σ_b = m/20 their
-    defaults). z is the whole round's (the update and the count together): the update's own multiplier is
+    defaults; σ_b is at least z here, see below). z is the whole round's (the update and the count together): the update's own multiplier is
     z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2), so the accounting is that of one Gaussian with z."""
 
     adaptive = True
@@ -186,7 +186,10 @@ class AdaptiveCentralDP(CentralDP):
                  count_noise: Annotated[Optional[float], Range(0, open_low=True)] = None, **runtime):
         super().__init__(clip, noise_multiplier, target_epsilon, delta, max_epsilon, accountant, **runtime)
         self.target_quantile, self.clip_lr = float(target_quantile), float(clip_lr)
-        self.count_noise = float(count_noise) if count_noise is not None else self.expected_clients / 20
+        # Andrew et al.'s m/20, raised to z where a small federation's m/20 would leave the update (almost) no
+        # privacy budget: then z_Δ ≤ z/√(3/4), the update's noise at most 15.5% above z·C
+        self.count_noise = float(count_noise) if count_noise is not None else max(self.expected_clients / 20,
+                                                                                  self.noise_multiplier)
         z, sb = self.noise_multiplier, self.count_noise
         if z > 0 and z >= 2 * sb:
             raise ConfigError("count_noise", f"σ_b = {sb:g} leaves no privacy for the update: z = {z:.4g} needs "

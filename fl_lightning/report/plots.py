@@ -94,4 +94,34 @@ def plot(rows: list[Row], out_dir: str, prefix: str = "") -> list[str]:
             fig.savefig(os.path.join(out_dir, name))
             plt.close(fig)
             names.append(name)
+    if any(math.isfinite(r.stats.get("final dp_epsilon", (math.nan,))[0]) for r in rows):
+        names.append(epsilon_plot(rows, out_dir, prefix, plt))
     return names
+
+
+def epsilon_plot(rows: list[Row], out_dir: str, prefix: str, plt) -> str:
+    """``<prefix><metric>_vs_epsilon.png`` (dp runs): each first ``--by`` value's final metric against the ε it spent,
+    one point per row (a noise level); a row without noise (no ε: clipping only) is a dashed level of its colour."""
+    metric, key = rows[0].metric, list(rows[0].group)[:1]
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        groups.setdefault(", ".join(str(r.group[k]) for k in key), []).append(r)
+    for label, members in groups.items():
+        pts = sorted((r.stats["final dp_epsilon"][0], r.stats["final"][0]) for r in members
+                     if math.isfinite(r.stats["final dp_epsilon"][0]))
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label, linewidth=1.6)
+        for r in members:
+            if not math.isfinite(r.stats["final dp_epsilon"][0]):
+                ax.axhline(r.stats["final"][0], color=line.get_color(), linestyle="--", linewidth=1,
+                           label=f"{label}, no noise (ε = ∞)")
+    ax.set_xscale("log")
+    ax.set_xlabel("ε spent over the run (log scale)")
+    ax.set_ylabel(f"final {metric} (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    name = f"{prefix}{metric}_vs_epsilon.png"
+    fig.savefig(os.path.join(out_dir, name))
+    plt.close(fig)
+    return name

@@ -169,6 +169,8 @@ def summarize(runs: list[Run], by: list[str], select: str | None = None, target:
     if stat not in ("mean", "median"):
         raise ReportError(f"report: --stat {stat}: expected mean or median")
     check_names(runs, by, select, list(round_means), list(metrics))
+    if "dp_epsilon" not in metrics and any(r.series("dp_epsilon") for r in runs):  # dp=central: the privacy spent
+        metrics = [*metrics, "dp_epsilon"]
     metric = metric or next((r for r in runs if r.summary), runs[0]).primary[0]  # a run killed early has no summary
     groups: dict[tuple, list[Run]] = {}
     for r in runs:

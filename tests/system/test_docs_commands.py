@@ -43,13 +43,15 @@ from tests.helpers.cli import CONF, ROOT, cli_in_process, one_line_error
 from tests.helpers.doc_commands import Command, all_commands, doc_pages
 from tests.system.test_experiments_shrunk import files  # noqa: F401  (the tiny data files, a module fixture)
 
-GROUP_KEYS = ("method", "model", "data", "data/partition", "optimizer", "server_opt", "arm", "experiment", "logger")
+GROUP_KEYS = ("method", "model", "data", "data/partition", "optimizer", "server_opt", "arm", "experiment", "logger",
+              "dp")
 OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra/launcher", "hydra.launcher.n_jobs")  # where and how it runs
 REAL_DATA = ("cifar10", "cifar100", "fashion_mnist", "mnist", "tiny_imagenet", "glue", "sentiment140", "shakespeare",
              "c4")
 PLACEHOLDER = re.compile(r"<[^>]*>|\.\.\.|(^|\s)\[[^\]]*\](\s|$)|=[A-Z](\s|$)|\$PWD")
 # lines the docs show being refused (besides the ```console blocks' `$ ` lines): the line -> a part of its one line
-REFUSED = {"python train.py model=llama_tiny data=pydoc_chars model.net.hidden_size=65536": "parameters need at least"}
+REFUSED = {"python train.py model=llama_tiny data=pydoc_chars model.net.hidden_size=65536": "parameters need at least",
+           "python3 train.py method=fedsmu dp=central dp.noise_multiplier=1": "LionMomentum(Sign) codec"}
 # the reasons a documented line is not run here, by what it starts with or holds
 SKIP = {
     "pip": "installs packages: the environment's job, not a test's",
