@@ -97,6 +97,9 @@ class CentralDP:
                               "set dp.target_epsilon=8 (z calibrated) or dp.noise_multiplier=1.0")
         self.target_epsilon = target_epsilon
         self.noise_multiplier = float(noise_multiplier) if noise_multiplier is not None else self._calibrate(target_epsilon)
+        if max_epsilon is not None and self.noise_multiplier == 0:
+            raise ConfigError("max_epsilon", "a budget with dp.noise_multiplier=0, which spends ε = ∞ in one round",
+                              "set dp.max_epsilon=null, or a noise multiplier, e.g. dp.noise_multiplier=1.0")
 
     def _args(self) -> tuple:
         return (self.delta, self.num_clients, self.expected_clients, self.sampling, self.accountant)

@@ -45,6 +45,7 @@ def test_unreachable_target_and_its_fix():
 def test_noise_multiplier_and_target_exactly_one():
     assert _error({"noise_multiplier": 1.0, "target_epsilon": 8}).key == "dp.target_epsilon"
     assert _error({}).key == "dp.noise_multiplier"
+    assert _error({"noise_multiplier": 0.0, "max_epsilon": 3}).key == "dp.max_epsilon"
 
 
 def test_adaptive_count_noise_too_small():
