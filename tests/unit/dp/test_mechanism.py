@@ -69,8 +69,9 @@ def test_ranges_from_the_signature(tmp_path):
 
 
 @pytest.mark.parametrize("method,codec", [("fedsmu", "LionMomentum(Sign)"), ("fedef_sign", "ErrorFeedback(ScaledSign)"),
-                                          ("ef21", "TopK"), ("fedlion", "SignSteps"),
-                                          ("fedsmu_3bit", "LionMomentum(Quantize)"), ("scallion", "RandK")])
+                                          *(pytest.param(*c, marks=pytest.mark.slow) for c in (
+                                              ("ef21", "TopK"), ("fedlion", "SignSteps"),
+                                              ("fedsmu_3bit", "LionMomentum(Quantize)"), ("scallion", "RandK")))])
 def test_refused_codecs(tmp_path, method, codec):
     from fl_lightning.strategies import build_strategy
 
@@ -81,7 +82,8 @@ def test_refused_codecs(tmp_path, method, codec):
     assert err.value.key == "dp" and f"the {codec} codec" in err.value.problem and "method=fedavg" in err.value.fix
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedmuon", "fedpac_muon", "fedmuon_svd", "scaffold", "fedadam"])
+@pytest.mark.parametrize("method", ["fedavg", "fedmuon_svd", *(pytest.param(m, marks=pytest.mark.slow) for m in (
+    "fedmuon", "fedpac_muon", "scaffold", "fedadam"))])
 def test_dense_and_float_codecs_accepted(tmp_path, method):
     from fl_lightning.strategies import build_strategy
 
