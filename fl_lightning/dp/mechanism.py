@@ -186,8 +186,10 @@ class AdaptiveCentralDP(CentralDP):
                  accountant: Annotated[str, OneOf(*acc.ACCOUNTANTS)] = "pld",
                  target_quantile: Annotated[float, Range(0, 1)] = 0.5,
                  clip_lr: Annotated[float, Range(0, open_low=True)] = 0.2,
-                 count_noise: Annotated[Optional[float], Range(0, open_low=True)] = None, **runtime):
-        super().__init__(clip, noise_multiplier, target_epsilon, delta, max_epsilon, accountant, **runtime)
+                 count_noise: Annotated[Optional[float], Range(0, open_low=True)] = None, *, num_clients: int = 1,
+                 clients_per_round: int = 1, rounds: int = 1, sampling: str = "fixed", seed: int = 0):
+        super().__init__(clip, noise_multiplier, target_epsilon, delta, max_epsilon, accountant, num_clients=num_clients,
+                         clients_per_round=clients_per_round, rounds=rounds, sampling=sampling, seed=seed)
         self.target_quantile, self.clip_lr = float(target_quantile), float(clip_lr)
         # Andrew et al.'s m/20, raised to z where a small federation's m/20 would leave the update (almost) no
         # privacy budget: then z_Δ ≤ z/√(3/4), the update's noise at most 15.5% above z·C

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 # group folder in conf/ -> the config node its members fill; companions a member needs to compose or to be used
 GROUPS = {"model": "model", "data": "data", "data/partition": "data.partition", "method": "method",
-          "optimizer": "optimizer", "server_opt": "server_opt"}
+          "optimizer": "optimizer", "server_opt": "server_opt", "dp": "dp"}
 COMPANIONS = {"server_opt": ["method=fedadam"]}  # fedavg has no server optimizer: fedadam reads ${server_opt}
 BUILT = ("method", "optimizer", "server_opt")  # groups whose accepted values also go through build_strategy
 HUGE = 10**12
@@ -125,6 +125,16 @@ VALID = [
     ("*_exponent", {"-1", "0"}, "BiClip's threshold schedule t^exponent: 0 constant, < 0 shrinking"),
     ("method.gamma", {"0"}, "FedCM / FedLADA: no weight on the global direction"),
     ("data.partition.alpha", {"huge"}, "Dirichlet(alpha) with a huge alpha: (nearly) iid proportions"),
+    # dp (issue 67): null means "not given" (z from the target, δ from N, no budget, σ_b from m); a huge clip is one
+    # no upload reaches; a huge z, ε or budget is a (useless but harmless) privacy setting, nothing allocated
+    ("dp.noise_multiplier", {"null", "0", "huge"}, "null: z calibrated for dp.target_epsilon (one of the two is "
+                                                   "needed, checked when the run is built); 0: no noise"),
+    ("dp.target_epsilon", {"null", "huge"}, "null: z given by dp.noise_multiplier; huge: a target any z meets"),
+    ("dp.delta", {"null"}, "1/num_clients^1.1"),
+    ("dp.max_epsilon", {"null", "huge"}, "no budget / one the run never reaches"),
+    ("dp.count_noise", {"null", "huge"}, "max(m/20, z) / a count that says nothing (C stays put)"),
+    ("dp.clip", {"huge"}, "a clip no upload reaches: no clipping"),
+    ("dp.target_quantile", {"0"}, "C chases the smallest upload norm"),
     ("*every", {"huge"}, "a Hessian refresh period longer than the run: computed once"),
     ("data.max_train", {"huge"}, "a cap above the data's size: every row"),
 ]
@@ -146,7 +156,10 @@ def _leaves(node, prefix: str) -> list[tuple[str, object]]:
 def own_keys(cfg, node_key: str) -> list[tuple[str, object]]:
     """The member's keys (its yaml's leaves after composition, unresolved), without a nested group's
     (data.partition)."""
-    plain = OmegaConf.to_container(OmegaConf.select(cfg, node_key), resolve=False)
+    node = OmegaConf.select(cfg, node_key)
+    if node is None:  # a member that sets the node to null (dp=none): no keys
+        return []
+    plain = OmegaConf.to_container(node, resolve=False)
     if node_key == "data":
         plain.pop("partition", None)
     return _leaves(plain, node_key)
