@@ -126,8 +126,10 @@ class DPNoise(Part):
         return 0.0
 
     def server_update(self, round_idx: int, agg: Aggregate) -> dict[str, float]:
+        """The round's row: ε at δ after this round (none with z = 0: ε = ∞), δ and z (calibrated or given)."""
         eps = self.mech.epsilon(round_idx + 1)
-        return {} if eps is None else {"dp_epsilon": eps}
+        return {**({} if eps is None else {"dp_epsilon": eps}), "dp_delta": self.mech.delta,
+                "dp_noise_multiplier": self.mech.noise_multiplier}
 
     def round_limit(self, rounds_done: int, end: int) -> int | None:
         mech = self.mech

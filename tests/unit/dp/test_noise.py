@@ -72,7 +72,7 @@ def test_zero_noise_changes_no_bit_and_fixed_sampling_keeps_the_count():
     for k in SHAPES:
         assert torch.equal(agg.sums[k], ref.sums[k]) and agg.weights[k] == ref.weights[k] == 5.0
     assert agg.num_sampled == 5 and agg.steps == ref.steps
-    assert noise.server_update(0, agg) == {}  # z = 0: no ε to report (infinite)
+    assert noise.server_update(0, agg) == {"dp_delta": 20 ** -1.1, "dp_noise_multiplier": 0.0}  # z = 0: no ε (∞)
 
 
 def test_empty_round_releases_noise_on_the_remembered_layout_and_resumes_it():
