@@ -34,8 +34,8 @@ def upload_norm(msgs: dict[str, Msg], keys: list[str] | None = None) -> float:
     keys = travelling(msgs) if keys is None else keys
     if not keys:
         return 0.0
-    ts = [msgs[k].tensor.detach().double() for k in keys]
-    return float(torch.stack([t.square().sum() for t in ts]).sum().sqrt())
+    norms = [torch.linalg.vector_norm(msgs[k].tensor.detach(), dtype=torch.float64) for k in keys]  # no fp64 copy
+    return float(torch.linalg.vector_norm(torch.stack(norms)))
 
 
 def clip_factor(norm: float, clip: float, dtypes) -> float | None:
@@ -69,7 +69,8 @@ class DPClip(Part):
 
     def upload(self, client: ClientContext, msgs: dict[str, Msg]) -> dict[str, Msg]:
         clip = self.noise.current_clip()
-        self.noise.note_free(k for k, m in msgs.items() if k not in travelling(msgs))
+        sent = set(travelling(msgs))
+        self.noise.note_free(k for k in msgs if k not in sent)
         out, norm = clip_upload(msgs, clip)
         if self.adaptive:
             b = 1.0 if norm <= clip else 0.0
