@@ -28,16 +28,40 @@ def _params(overrides, path, rounds=2):
     return {k: v.detach().clone() for k, v in loop.global_params.items()}, rows, loop
 
 
-@pytest.mark.parametrize("method", ["fedavg", pytest.param("fedmuon", marks=slow), pytest.param("fedpac_muon", marks=slow),
-                                    pytest.param("scaffold", marks=slow), pytest.param("fedadam", marks=slow)])
-def test_no_noise_no_clip_is_dp_none_with_uniform_weights(method, tmp_path):
-    ov = [f"method={method}", "method.parts.aggregation.weighting=uniform"]
-    ns = ["method.ns_dtype=null"] if "muon" in method else []
-    ref, _, _ = _params(ov + ns, tmp_path / "none")
-    got, rows, loop = _params(ov + ns + OFF, tmp_path / "dp")
+def test_no_noise_no_clip_is_dp_none_with_uniform_weights(tmp_path):
+    ov = ["method=fedavg", "method.parts.aggregation.weighting=uniform"]
+    ref, _, _ = _params(ov, tmp_path / "none")
+    got, rows, loop = _params(ov + OFF, tmp_path / "dp")
     assert [p.name for p in loop.strategy.parts][-2:] == ["dp_clip", "dp_noise"]
-    assert all(torch.equal(ref[k], got[k]) for k in ref), method  # bit for bit: the same sums over the same weights
+    assert all(torch.equal(ref[k], got[k]) for k in ref)  # bit for bit: the same sums over the same weights
     assert "dp_epsilon" not in rows[-1]  # z = 0: no privacy, no ε
+
+
+@slow
+def test_no_noise_no_clip_is_dp_none_for_every_method_dp_accepts(tmp_path):
+    """Every method config whose codecs DP accepts (found by its codecs, conf/method/ listed), on a small MLP (~0.6 s a
+    method): z = 0, C = ∞ under fixed sampling is the method with uniform weights, bit for bit."""
+    from fl_lightning.dp.mechanism import refused_codec
+    from fl_lightning.strategies import build_strategy
+    from tests.helpers.cli import CONF, make_cfg
+
+    small = ["fl.num_clients=4", "fl.clients_per_round=2", "model=mlp", "model.net.hidden=[16]"]
+    accepted, differ = [], []
+    for m in sorted(f[:-5] for f in os.listdir(os.path.join(CONF, "method")) if f.endswith(".yaml")):
+        cfg = make_cfg([f"method={m}"], tmp_path)
+        if refused_codec(build_strategy(cfg.method)):
+            continue
+        accepted.append(m)
+        ov = [f"method={m}", *small]
+        if "weighting" in (cfg.method.parts.get("aggregation") or {}):
+            ov.append("method.parts.aggregation.weighting=uniform")
+        if "ns_dtype" in cfg.method:
+            ov.append("method.ns_dtype=null")
+        ref, _, _ = _params(ov, tmp_path / f"{m}_none")
+        got, _, _ = _params(ov + OFF, tmp_path / f"{m}_dp")
+        if not all(torch.equal(ref[k], got[k]) for k in ref):
+            differ.append(m)
+    assert len(accepted) >= 35 and not differ, differ
 
 
 class HandClip(Part):
