@@ -165,8 +165,10 @@ class CentralDP:
         z = (f"z={self.noise_multiplier:.4g} calibrated for ε={self.target_epsilon:g}" if self.target_epsilon is not None
              else f"z={self.noise_multiplier:g}")
         total = self.epsilon(self.rounds)
-        log.info("dp: C=%g, %s, noise std z·C on the round's sum; %s; ε after %d rounds = %s at %s", self.clip, z,
-                 self.describe(), self.rounds, "inf (z=0: no privacy)" if total is None else f"{total:.4g}", d)
+        log.info("dp: C=%g, %s, noise std z·C on the round's sum; every sampled client weighs the same (the noised sum "
+                 "over the expected %d clients, not the realised weights); %s; ε after %d rounds = %s at %s", self.clip,
+                 z, self.expected_clients, self.describe(), self.rounds,
+                 "inf (z=0: no privacy)" if total is None else f"{total:.4g}", d)
 
 
 class AdaptiveCentralDP(CentralDP):
