@@ -127,11 +127,14 @@ def test_resume_equals_the_uninterrupted_run(tmp_path):
 
 @slow
 def test_two_processes_equal_one(tmp_path):
+    """fl.sampling=poisson and the adaptive clip on two processes sharing the device (trainer.processes_per_device=2,
+    gloo): the noise and the clip are drawn the same on both, and the model is the one-process model (float64)."""
     args = BASE + ADAPTIVE[:4] + ["fl.rounds=2"]
     one, two = tmp_path / "one", tmp_path / "two"
     p1 = run_cli(args + [f"hydra.run.dir={one}"])
-    p2 = run_cli(args + [f"hydra.run.dir={two}", "trainer.devices=2", "trainer.strategy=ddp"])
+    p2 = run_cli(args + [f"hydra.run.dir={two}", "trainer.processes_per_device=2"])
     assert p1.returncode == 0 and p2.returncode == 0, (p1.stderr[-2000:], p2.stderr[-2000:])
+    assert "Starting with 2 processes" in p2.stderr + p2.stdout
     a, b = saved_model(one, 2), saved_model(two, 2)
     assert max(float((a[k] - b[k]).abs().max() / a[k].abs().max()) for k in a) <= 1e-12
 
