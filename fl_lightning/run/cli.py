@@ -64,8 +64,10 @@ def _say_where(summary: dict, run_dir: str, progress: bool, cfg: DictConfig | No
         print(f"{summary.get('method')}: {summary.get('rounds_done')} of {summary.get('rounds')} rounds, final {p} "
               f"{fmt(summary.get(f'final_{p}'))} (best {fmt(summary.get(f'best_{p}'))}); run directory {run_dir}",
               flush=True)
-    if not summary.get("finished", True):
-        print(f"stopped after round {summary.get('rounds_done')} (stop_after_rounds or dp.max_epsilon); checkpoint saved. Resume with:\n"
+    if not summary.get("finished", True):  # stop_after_rounds, or the privacy budget (dp.max_epsilon) before it
+        why = " or ".join(k for k in ("stop_after_rounds", "dp.max_epsilon")
+                          if cfg is not None and OmegaConf.select(cfg, k) is not None) or "stop_after_rounds"
+        print(f"stopped after round {summary.get('rounds_done')} ({why}); checkpoint saved. Resume with:\n"
               f"{resume_hint(run_dir, cfg)}", file=sys.stderr, flush=True)
 
 

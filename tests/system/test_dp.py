@@ -174,7 +174,7 @@ def test_max_epsilon_stops_before_passing_it_and_resumes(tmp_path, caplog):
     full, part = tmp_path / "full", tmp_path / "part"
     assert cli_in_process(args + [f"hydra.run.dir={full}"], full)[0] == 0
     code, err = cli_in_process(args + [f"hydra.run.dir={part}", f"dp.max_epsilon={eps2 * 1.0001}"], part)
-    assert code == 0 and "stopped after round 2" in err, err[-1500:]
+    assert code == 0 and "stopped after round 2 (dp.max_epsilon)" in err, err[-1500:]
     assert "the run stops after round 2 (resume with dp.max_epsilon=" in caplog.text
     code, err = cli_in_process(args + [f"hydra.run.dir={part}", f"resume={part}", f"dp.max_epsilon={eps2 * 1.0001}"], part)
     one_line_error((code, err), "dp.max_epsilon", "or more")
