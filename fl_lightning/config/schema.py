@@ -73,7 +73,8 @@ class FL:
     num_clients: Annotated[IntOrWord, Range(1, 10**7, words=("auto",))] = key(
         16, "clients in the federation (auto: as many as the partition's natural groups)")
     clients_per_round: Annotated[int, Range(1, 10**7)] = key(
-        8, "clients sampled each round, uniformly without replacement, seeded by (seed, round)")
+        8, "clients sampled each round, uniformly without replacement, seeded by (seed, round) (fl.sampling=poisson: "
+        "in expectation)")
     sampling: Annotated[str, OneOf("fixed", "poisson")] = key(
         "fixed", "how a round's clients are drawn: fixed (fl.clients_per_round of them, uniformly without replacement) | "
         "poisson (each client joins with q = clients_per_round/num_clients: the round's size varies, may be 0; the "
