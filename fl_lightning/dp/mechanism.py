@@ -26,23 +26,24 @@ log = logging.getLogger("fl_lightning")
 SUMMED_AS_FLOATS = ("Dense", "LowRankSVD", "Clamp")  # codecs whose reconstruction the server sums as floats
 
 
-def codecs_of(obj, depth: int = 0):
+def codecs_of(obj):
     """The codecs (objects with ``encode``) among ``obj``'s attributes, lists and dicts (not inside those codecs)."""
-    for v in (vars(obj).values() if hasattr(obj, "__dict__") and depth <= 3 else ()):
+    for v in (vars(obj).values() if hasattr(obj, "__dict__") else ()):
         for item in (v if isinstance(v, (list, tuple)) else v.values() if isinstance(v, dict) else (v,)):
             if callable(getattr(item, "encode", None)) and not isinstance(item, (type, str, bytes)):
                 yield item
 
 
-def codec_name(codec) -> str:
-    """``LionMomentum(Sign)``: a codec with the codecs it wraps."""
-    inner = [codec_name(c) for c in codecs_of(codec)]
+def codec_name(codec, depth: int = 0) -> str:
+    """``LionMomentum(Sign)``: a codec with the codecs it wraps (4 levels at most)."""
+    inner = [codec_name(c, depth + 1) for c in codecs_of(codec)] if depth < 4 else []
     return type(codec).__name__ + (f"({', '.join(inner)})" if inner else "")
 
 
-def summed_as_floats(codec) -> bool:
+def summed_as_floats(codec, depth: int = 0) -> bool:
+    """Whether the server sums ``codec``'s reconstruction as floats, and every codec it wraps does (4 levels)."""
     ok = type(codec).__name__ in SUMMED_AS_FLOATS or getattr(codec, "summed_as_floats", False)
-    return ok and all(summed_as_floats(c) for c in codecs_of(codec))
+    return ok and (depth >= 4 or all(summed_as_floats(c, depth + 1) for c in codecs_of(codec)))
 
 
 def refused_codec(strategy) -> tuple[str, str] | None:
