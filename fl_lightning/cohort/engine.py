@@ -64,7 +64,7 @@ def check_cohort(strategy, module: nn.Module, size: int, compiled: str | None = 
                 raise ConfigError(KEY, f"method {strategy.name!r}: its local optimizer cannot run batched ({reason})",
                                   "use trainer.cohort=1")
         elif why := cohort_refusal(p, module):
-            raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}) {why}",
+            raise ConfigError(KEY, f"method {strategy.name!r}: part {p.name!r} ({type(p).__name__}): {why}",
                               "use trainer.cohort=1 for this method")
     if not callable(getattr(module, "sample_losses", None)):
         raise ConfigError(KEY, f"model {type(module).__name__} has no per-example losses (sample_losses)",
