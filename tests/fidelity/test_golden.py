@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import golden
+from tests.helpers.cover import cases
 
 RECORDED = golden.load()
 
@@ -20,7 +21,7 @@ def test_every_method_is_recorded_with_a_measured_tolerance():
     assert set(RECORDED["machine"]) == set(golden.machine())
 
 
-@pytest.mark.parametrize("name", golden.methods())
+@pytest.mark.parametrize("name", cases(golden.methods()))  # fast subset: the cover (tests/helpers/cover.py)
 def test_method_matches_its_golden_record(name):
     if name not in RECORDED["methods"]:
         pytest.fail(f"{name} has no golden record: python -m tests.helpers.golden --write {name}")

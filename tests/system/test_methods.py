@@ -12,6 +12,7 @@ import torch
 
 from tests.helpers.cli import CONF
 from tests.helpers.comm import config, measured_and_declared, own_methods
+from tests.helpers.cover import cases
 from tests.helpers.harness import FakeData, LossModule, MLP, build, make_loop, mse, params_of, regression_batches, run
 
 METHODS = sorted(os.path.basename(f)[:-5] for f in glob.glob(os.path.join(CONF, "method", "*.yaml"))) + own_methods()
@@ -38,7 +39,7 @@ def test_every_method_is_covered():
     assert {"fedavg", "fedmuon_bc", "fedmuon_avg", "fedmuon", "scaffold"} <= set(METHODS)
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", cases(METHODS))  # fast subset: the cover (tests/helpers/cover.py)
 def test_method_composes_and_learns(tmp_path, name):
     """The yaml builds a Strategy that lowers the loss of a small heterogeneous regression."""
     cfg = config(name, LEARN_LR.get(name, []))
@@ -53,7 +54,7 @@ def test_method_composes_and_learns(tmp_path, name):
     assert after < 0.8 * before, f"{name}: loss {before:.3f} -> {after:.3f}"
 
 
-@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("name", cases(METHODS))
 def test_resume_is_exact(tmp_path, name):
     """DESIGN invariant 2 for every part's state: R rounds in one go == R/2, checkpoint, a fresh loop (other initial
     weights) resumed from it, R/2 more; bit-identical."""
@@ -111,6 +112,7 @@ def test_bytes_follow_the_options(tmp_path, name, overrides):
     assert measured == declared_bits
 
 
+@pytest.mark.slow  # every experiment composed (~50 s); the fast subset composes the methods
 @pytest.mark.parametrize("exp", EXPERIMENTS)
 def test_experiment_configs_compose(exp):
     from hydra import compose, initialize_config_dir

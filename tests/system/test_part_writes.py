@@ -13,19 +13,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from fl_lightning.strategies.base import CLIENT_TENSORS, Part
 from tests.helpers.cli import CONF, build_loop
+from tests.helpers.cover import cases
 
 METHODS = sorted(f[:-5] for f in os.listdir(os.path.join(CONF, "method")) if f.endswith(".yaml"))
-# the fast subset (-m "not slow") runs the methods that together hold every part class, every local optimizer class and
-# every (part, optimizer) pairing of the package's methods (a greedy cover, 22 of 54); the others, which repeat those
-# with other settings, run with the whole suite
-FAST = {"adam_biclip", "dlion", "ef21", "fafed", "fed_locallion", "fedavg_vr", "fedavgm", "fedlada", "fedlion",
-        "fedmuon_avg", "fedmuon_bc", "fedpac_muon", "fedpac_soap", "fedpac_sophia", "fedpm", "fedprox", "fedsmum",
-        "fedsmumc", "local_adamw", "scaffold", "scaffold_adam", "scallion"}
-CASES = [m if m in FAST else pytest.param(m, marks=pytest.mark.slow) for m in METHODS]
-
-
-def test_the_fast_subsets_methods_are_methods():
-    assert FAST <= set(METHODS), FAST - set(METHODS)
+CASES = cases(METHODS)  # the fast subset: the methods that cover every part and optimizer (tests/helpers/cover.py)
 
 
 HOOKS = ("client_start", "before_step", "after_backward", "after_step", "client_end", "client_idle")
