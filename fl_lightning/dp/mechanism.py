@@ -17,7 +17,7 @@ import logging
 import math
 from typing import Annotated, Optional
 
-from ..config import OneOf, Range, instantiate
+from ..config import OneOf, Range, Validate, instantiate
 from ..errors import ConfigError
 from . import accountant as acc
 
@@ -66,6 +66,15 @@ def attach_dp(cfg, strategy, num_clients: int) -> None:
     dp.attach(strategy)
 
 
+def budget_with_noise(max_epsilon, noise_multiplier) -> bool:
+    """A privacy budget needs noise: with z = 0 one round spends ε = ∞."""
+    return max_epsilon is None or noise_multiplier is None or float(noise_multiplier) != 0
+
+
+BUDGET = Validate(budget_with_noise, "a budget with dp.noise_multiplier=0, which spends ε = ∞ in one round",
+                  "set dp.max_epsilon=null, or a noise multiplier, e.g. dp.noise_multiplier=1.0")
+
+
 class CentralDP:
     """``dp=central``: clip the whole upload to ``clip``, add N(0, (z·clip)²) to the round's sum (see the module)."""
 
@@ -75,7 +84,7 @@ class CentralDP:
                  noise_multiplier: Annotated[Optional[float], Range(0)] = None,
                  target_epsilon: Annotated[Optional[float], Range(0, open_low=True)] = None,
                  delta: Annotated[Optional[float], Range(0, 1, open_low=True, open_high=True)] = None,
-                 max_epsilon: Annotated[Optional[float], Range(0, open_low=True)] = None,
+                 max_epsilon: Annotated[Optional[float], Range(0, open_low=True), BUDGET] = None,
                  accountant: Annotated[str, OneOf(*acc.ACCOUNTANTS)] = "pld", *,
                  num_clients: int = 1, clients_per_round: int = 1, rounds: int = 1, sampling: str = "fixed",
                  seed: int = 0):
@@ -98,9 +107,6 @@ class CentralDP:
                               "set dp.target_epsilon=8 (z calibrated) or dp.noise_multiplier=1.0")
         self.target_epsilon = target_epsilon
         self.noise_multiplier = float(noise_multiplier) if noise_multiplier is not None else self._calibrate(target_epsilon)
-        if max_epsilon is not None and self.noise_multiplier == 0:
-            raise ConfigError("max_epsilon", "a budget with dp.noise_multiplier=0, which spends ε = ∞ in one round",
-                              "set dp.max_epsilon=null, or a noise multiplier, e.g. dp.noise_multiplier=1.0")
 
     def _args(self) -> tuple:
         return (self.delta, self.num_clients, self.expected_clients, self.sampling, self.accountant)
@@ -185,7 +191,7 @@ class AdaptiveCentralDP(CentralDP):
                  noise_multiplier: Annotated[Optional[float], Range(0)] = None,
                  target_epsilon: Annotated[Optional[float], Range(0, open_low=True)] = None,
                  delta: Annotated[Optional[float], Range(0, 1, open_low=True, open_high=True)] = None,
-                 max_epsilon: Annotated[Optional[float], Range(0, open_low=True)] = None,
+                 max_epsilon: Annotated[Optional[float], Range(0, open_low=True), BUDGET] = None,
                  accountant: Annotated[str, OneOf(*acc.ACCOUNTANTS)] = "pld",
                  target_quantile: Annotated[float, Range(0, 1)] = 0.5,
                  clip_lr: Annotated[float, Range(0, open_low=True)] = 0.2,

@@ -45,8 +45,18 @@ def test_unreachable_target_and_its_fix():
 def test_noise_multiplier_and_target_exactly_one():
     assert _error({"noise_multiplier": 1.0, "target_epsilon": 8}).key == "dp.target_epsilon"
     assert _error({}).key == "dp.noise_multiplier"
-    assert _error({"noise_multiplier": 0.0, "max_epsilon": 3}).key == "dp.max_epsilon"
 
+
+
+def test_a_budget_without_noise_is_refused_before_the_run():
+    """dp.max_epsilon with z = 0 (ε = ∞ after one round): the named rule next to the key (mechanism.BUDGET), checked
+    with every key before anything is built; its fix, followed, passes."""
+    from fl_lightning.config import check_run
+
+    with pytest.raises(ConfigError) as err:
+        check_run(make_cfg(["dp=central", "dp.noise_multiplier=0", "dp.max_epsilon=3"]))
+    assert err.value.key == "dp.max_epsilon" and "\n" not in str(err.value)
+    check_run(make_cfg(["dp=central", "dp.noise_multiplier=0", "dp.max_epsilon=null"]))
 
 def test_adaptive_count_noise_too_small():
     with pytest.raises(ConfigError) as err:
