@@ -83,7 +83,10 @@ def run_method(name: str, extra: tuple[str, ...] = ()) -> dict:
     from omegaconf import OmegaConf
 
     from fl_lightning import precision
-    from fl_lightning.run.build import build
+    try:
+        from fl_lightning.run.build import build
+    except ImportError:  # a base commit of --compare from before the run/ folder
+        from fl_lightning.build import build
     from tests.helpers.cli import make_cfg
 
     threads = torch.get_num_threads()
