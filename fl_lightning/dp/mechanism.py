@@ -74,18 +74,23 @@ def budget_with_noise(max_epsilon, noise_multiplier) -> bool:
 BUDGET = Validate(budget_with_noise, "a budget with dp.noise_multiplier=0, which spends ε = ∞ in one round",
                   "set dp.max_epsilon=null, or a noise multiplier, e.g. dp.noise_multiplier=1.0")
 
+# the dp group's keys, shared by both mechanisms' signatures (read as the keys' ranges: fl_lightning/config/ranges.py)
+Clip = Annotated[float, Range(0, open_low=True)]  # C, the bound on the whole upload's L2 norm
+NoiseMultiplier = Annotated[Optional[float], Range(0)]  # z (null: calibrated for target_epsilon)
+TargetEpsilon = Annotated[Optional[float], Range(0, open_low=True)]
+Delta = Annotated[Optional[float], Range(0, 1, open_low=True, open_high=True, example=1e-5)]  # below 1/N
+MaxEpsilon = Annotated[Optional[float], Range(0, open_low=True), BUDGET]
+Accountant = Annotated[str, OneOf(*acc.ACCOUNTANTS)]
+
 
 class CentralDP:
     """``dp=central``: clip the whole upload to ``clip``, add N(0, (z·clip)²) to the round's sum (see the module)."""
 
     adaptive = False
 
-    def __init__(self, clip: Annotated[float, Range(0, open_low=True)] = 1.0,
-                 noise_multiplier: Annotated[Optional[float], Range(0)] = None,
-                 target_epsilon: Annotated[Optional[float], Range(0, open_low=True)] = None,
-                 delta: Annotated[Optional[float], Range(0, 1, open_low=True, open_high=True)] = None,
-                 max_epsilon: Annotated[Optional[float], Range(0, open_low=True), BUDGET] = None,
-                 accountant: Annotated[str, OneOf(*acc.ACCOUNTANTS)] = "pld", *,
+    def __init__(self, clip: Clip = 1.0, noise_multiplier: NoiseMultiplier = None,
+                 target_epsilon: TargetEpsilon = None, delta: Delta = None, max_epsilon: MaxEpsilon = None,
+                 accountant: Accountant = "pld", *,
                  num_clients: int = 1, clients_per_round: int = 1, rounds: int = 1, sampling: str = "fixed",
                  seed: int = 0):
         self.clip, self.max_epsilon, self.accountant = float(clip), max_epsilon, accountant
@@ -187,12 +192,9 @@ class AdaptiveCentralDP(CentralDP):
 
     adaptive = True
 
-    def __init__(self, clip: Annotated[float, Range(0, open_low=True)] = 0.1,
-                 noise_multiplier: Annotated[Optional[float], Range(0)] = None,
-                 target_epsilon: Annotated[Optional[float], Range(0, open_low=True)] = None,
-                 delta: Annotated[Optional[float], Range(0, 1, open_low=True, open_high=True)] = None,
-                 max_epsilon: Annotated[Optional[float], Range(0, open_low=True), BUDGET] = None,
-                 accountant: Annotated[str, OneOf(*acc.ACCOUNTANTS)] = "pld",
+    def __init__(self, clip: Clip = 0.1, noise_multiplier: NoiseMultiplier = None,
+                 target_epsilon: TargetEpsilon = None, delta: Delta = None, max_epsilon: MaxEpsilon = None,
+                 accountant: Accountant = "pld",
                  target_quantile: Annotated[float, Range(0, 1)] = 0.5,
                  clip_lr: Annotated[float, Range(0, open_low=True)] = 0.2,
                  count_noise: Annotated[Optional[float], Range(0, open_low=True)] = None, *, num_clients: int = 1,
