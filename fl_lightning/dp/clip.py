@@ -34,7 +34,7 @@ def upload_norm(msgs: dict[str, Msg], keys: list[str] | None = None) -> float:
     keys = travelling(msgs) if keys is None else keys
     if not keys:
         return 0.0
-    norms = [torch.linalg.vector_norm(msgs[k].tensor.detach(), dtype=torch.float64) for k in keys]  # no fp64 copy
+    norms = torch._foreach_norm([msgs[k].tensor.detach() for k in keys], 2, dtype=torch.float64)  # one op, no fp64 copy
     return float(torch.linalg.vector_norm(torch.stack(norms)))
 
 
@@ -54,9 +54,9 @@ def clip_upload(msgs: dict[str, Msg], clip: float) -> tuple[dict[str, Msg], floa
     norm = upload_norm(msgs, keys)
     factor = clip_factor(norm, clip, {msgs[k].tensor.dtype for k in keys})
     out = dict(msgs)
-    for k in keys:
+    scaled = [msgs[k].tensor for k in keys] if factor is None else torch._foreach_mul([msgs[k].tensor for k in keys], factor)
+    for k, t in zip(keys, scaled):
         m = msgs[k]
-        t = m.tensor if factor is None else m.tensor * factor
         out[k] = Msg(t, 1.0, nbits=m.nbits, to=m.to)
     return out, norm
 
