@@ -12,7 +12,6 @@ from scipy.stats import norm
 
 from fl_lightning.dp import accountant as A
 
-pytest.importorskip("prv_accountant")
 slow = pytest.mark.slow
 N = 100_000  # a large federation, so q = S / N takes the values below
 
