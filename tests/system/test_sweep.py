@@ -3,6 +3,8 @@ its job folders named by their overrides, and the report on it: the table's numb
 metrics.csv, and PNGs that decode."""
 from __future__ import annotations
 
+import importlib
+
 import csv
 import statistics
 
@@ -77,7 +79,7 @@ def test_publishing_a_changed_experiment_is_refused_before_any_job(change, key, 
 
 
 def test_parallel_local_jobs_with_the_joblib_launcher(tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")  # the dev extra installs it
+    importlib.import_module("hydra_plugins.hydra_joblib_launcher")  # the dev extra installs it: missing fails, never skips
     sweep = tmp_path / "sweep"
     p = run_cli(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "method=fedavg,fedavgm", "fl.rounds=2",
                  "fl.num_clients=6", "fl.clients_per_round=3", "fl.local_steps=3", "trainer.progress=false",
@@ -92,7 +94,7 @@ def test_parallel_local_jobs_with_the_joblib_launcher(tmp_path):
 def test_an_optuna_search_scores_each_trial_by_its_objective(tmp_path):
     """experiment=digits_lr_search: train.py returns each trial's final val_acc (``objective``) to Optuna, whose best
     value is the best of the trials' own metrics.csv."""
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")  # the dev and sweep extras install it
+    importlib.import_module("hydra_plugins.hydra_optuna_sweeper")  # the dev and sweep extras install it: missing fails
     sweep = tmp_path / "sweep"
     p = run_cli(["-m", "experiment=digits_lr_search", "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1",
                  "fl.rounds=2", "fl.num_clients=6", "fl.clients_per_round=3", "fl.local_steps=3",

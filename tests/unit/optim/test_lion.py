@@ -2,6 +2,8 @@
 lucidrains' ``lion-pytorch`` (an independent implementation) when it is installed."""
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 from torch import nn
@@ -53,7 +55,7 @@ def test_every_coordinate_moves_by_lr_without_weight_decay():
 
 
 def test_lion_matches_lion_pytorch():
-    lion_pytorch = pytest.importorskip("lion_pytorch", reason="lion-pytorch not installed (pip install lion-pytorch)")
+    lion_pytorch = importlib.import_module("lion_pytorch")
     net, ref = _net(), _net()
     ours = Lion(net.parameters(), lr=1e-3, betas=(0.95, 0.98), weight_decay=0.5)
     theirs = lion_pytorch.Lion(ref.parameters(), lr=1e-3, betas=(0.95, 0.98), weight_decay=0.5)
